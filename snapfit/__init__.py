@@ -1,0 +1,3 @@
+"""snapfit: out-of-core dual coordinate descent for sparse L2-regularized logistic regression."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,42 @@
+"""The unit of data that flows through snapfit: one CSR chunk (one Parquet row group).
+
+Every layer speaks this one shape, in this one order, so kernels take
+``indptr, indices, values, y, weight`` and nothing else has to be converted on the way.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Chunk(NamedTuple):
+    """Rows of a sparse design matrix with their labels.
+
+    indptr  : int64 (n_rows + 1,), CSR row pointers starting at 0.
+    indices : int32 (nnz,), column of each stored value; unsorted and duplicated indices are
+              legal inside a row and duplicates add (as in scipy.sparse).
+    values  : float32 (nnz,) or None; None means every stored value is 1 (one-hot data).
+    y       : float32 (n_rows,), labels in {-1, +1}.
+    weight  : float32 (n_rows,) or None; per-row sample weight (None means 1).
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray | None
+    y: np.ndarray
+    weight: np.ndarray | None
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1] - self.indptr[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (what a memory budget charges for keeping it resident)."""
+        return sum(a.nbytes for a in self if a is not None)
