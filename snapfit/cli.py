@@ -1,0 +1,56 @@
+"""The ``snapfit`` command: one click group, thin commands that call the library.
+
+Command groups live in their own modules and are registered here. Library errors
+(:class:`snapfit.errors.SnapfitError`) become one line on stderr and the error's exit code;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from snapfit import __version__
+from snapfit.errors import SnapfitError
+
+
+class _Group(click.Group):
+    """Turns library errors into one line and an exit code, as datasette's CLI does."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SnapfitError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="snapfit")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Train sparse logistic regression out of core on CPU threads, GPUs and Dask."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def _register() -> None:
+    # Each module exposes ``commands``: a list of click commands (mlflow's layout).
+    from snapfit import cli_data
+
+    for module in (cli_data,):
+        for command in module.commands:
+            cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    _register()
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="snapfit")
