@@ -50,7 +50,9 @@ def _register() -> None:
             cli.add_command(command)
 
 
+_register()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    _register()
     cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="snapfit")

@@ -1,0 +1,3 @@
+"""CLI commands of the data layer: convert, make-data, info."""
+
+commands = []
