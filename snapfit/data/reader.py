@@ -1,0 +1,376 @@
+"""Parquet row groups -> CSR chunks, planned from file metadata and decoded without row loops.
+
+A dataset is a file, a directory of files or a glob (or a list of those); the row groups of all
+its files, in order, are its chunks. Planning (rows, nnz, n_features per chunk) reads footers
+only, so a driver can split chunks between workers and devices before any data moves.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snapfit.data import validate as v
+from snapfit.data.chunk import Chunk
+from snapfit.data.schema import (
+    INDICES,
+    KEY_N_FEATURES,
+    KEY_ROW_GROUP_NNZ,
+    LABEL,
+    VALUES,
+    WEIGHT,
+    decode_metadata,
+)
+from snapfit.errors import DataError
+
+
+class ChunkRef(NamedTuple):
+    """Where a chunk lives and how big it is, known from metadata alone."""
+
+    file: str
+    row_group: int
+    n_rows: int
+    nnz: int
+
+
+def resolve_files(source) -> list[str]:
+    """Files of a dataset: a file, a directory (its ``*.parquet`` files, sorted), a glob or a list.
+
+    Names starting with ``.`` or ``_`` are skipped in directories: writers' temporary files and
+    ``_SUCCESS``-style markers.
+    """
+    if isinstance(source, (list, tuple)):
+        return [f for s in source for f in resolve_files(s)]
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        return sorted(
+            os.path.join(path, n)
+            for n in os.listdir(path)
+            if n.endswith(".parquet") and not n.startswith((".", "_"))
+        )
+    if os.path.exists(path):
+        return [path]
+    if glob.has_magic(path):
+        return sorted(glob.glob(path))
+    raise DataError(f"{path}: no such file or directory; check the path.")
+
+
+def _list_type_ok(t: pa.DataType, value_type: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type == value_type
+
+
+def _check_schema(file: str, schema: pa.Schema) -> None:
+    names = schema.names
+    if INDICES not in names:
+        raise DataError(
+            f"{file}: has no 'indices' column (columns: {', '.join(names) or 'none'}); "
+            "it is not a snapfit file, convert the data with `snapfit convert`."
+        )
+    wanted = {INDICES: pa.int32(), VALUES: pa.float32()}
+    for name, value_type in wanted.items():
+        if name in names and not _list_type_ok(schema.field(name).type, value_type):
+            raise DataError(
+                f"{file}: column '{name}' has type {schema.field(name).type} but snapfit needs "
+                f"list<{value_type}>; cast the column when writing or re-convert."
+            )
+    for name, ok in ((LABEL, "integer or float"), (WEIGHT, "float")):
+        if name not in names:
+            continue
+        t = schema.field(name).type
+        if not (pa.types.is_floating(t) or (name == LABEL and pa.types.is_integer(t))):
+            raise DataError(
+                f"{file}: column '{name}' has type {t} but snapfit needs {ok} numbers "
+                f"(label: int8 or float32, 0/1 or -1/+1); re-convert the {name}s."
+            )
+
+
+def _open(file: str) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(file)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(
+            f"{file}: not a Parquet file or truncated ({str(e).splitlines()[0]}); "
+            "re-write or re-convert it."
+        ) from None
+
+
+def _row_group_nnz(file: str, md: pq.FileMetaData, kv: dict) -> list[int | None]:
+    """nnz per row group: our own key-value record, else the indices leaf's statistics.
+
+    For a list column, ``num_values`` counts one level per empty or null list as well, and the
+    statistics' ``null_count`` counts exactly those, so ``num_values - null_count`` is the nnz.
+    """
+    recorded = kv.get(KEY_ROW_GROUP_NNZ.removeprefix("snapfit."))
+    if isinstance(recorded, list) and len(recorded) == md.num_row_groups:
+        return [int(n) for n in recorded]
+    leaf = next(i for i in range(md.num_columns) if md.schema.column(i).path.startswith(INDICES))
+    out: list[int | None] = []
+    for g in range(md.num_row_groups):
+        col = md.row_group(g).column(leaf)
+        stats = col.statistics
+        ok = stats is not None and stats.has_null_count
+        out.append(col.num_values - stats.null_count if ok else None)
+    return out
+
+
+def _stats_max_index(md: pq.FileMetaData) -> int | None:
+    leaf = next(i for i in range(md.num_columns) if md.schema.column(i).path.startswith(INDICES))
+    top = -1
+    for g in range(md.num_row_groups):
+        stats = md.row_group(g).column(leaf).statistics
+        if stats is None or not stats.has_min_max:
+            if md.row_group(g).num_rows:
+                return None
+            continue
+        top = max(top, int(stats.max))
+    return top
+
+
+def _flat(arr: pa.Array, name: str, where: v.Where) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and the flattened child of a list array, zero-copy where Arrow allows."""
+    if arr.null_count:
+        row = int(np.flatnonzero(~np.asarray(arr.is_valid()))[0])
+        raise DataError(f"{where(row)}: column '{name}' is null; write an empty list instead.")
+    offsets = arr.offsets.to_numpy()
+    child = arr.values
+    if child.null_count:
+        pos = int(np.flatnonzero(~np.asarray(child.is_valid()))[0])
+        row = int(np.searchsorted(offsets, pos, side="right") - 1)
+        raise DataError(f"{where(row)}: column '{name}' holds a null entry; fix the writer.")
+    flat = child.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return offsets, flat
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    col = table.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _scalar_column(table: pa.Table, name: str, where: v.Where) -> np.ndarray:
+    arr = _column(table, name)
+    if arr.null_count:
+        row = int(np.flatnonzero(~np.asarray(arr.is_valid()))[0])
+        raise DataError(f"{where(row)}: column '{name}' is null; every row needs a {name}.")
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def decode_table(
+    table: pa.Table, *, n_features: int, has_labels: bool, where: v.Where, validate: bool = True
+) -> Chunk:
+    """One row group's table -> a :class:`Chunk` (offsets rebased to 0 as int64 indptr)."""
+    offsets, indices = _flat(_column(table, INDICES), INDICES, where)
+    indptr = offsets.astype(np.int64)
+    indptr -= indptr[0]
+    values = None
+    if VALUES in table.column_names:
+        val_offsets, values = _flat(_column(table, VALUES), VALUES, where)
+        v.check_same_lengths(offsets, val_offsets, where)
+    n_rows = table.num_rows
+    weight = None
+    if WEIGHT in table.column_names:
+        weight = _scalar_column(table, WEIGHT, where).astype(np.float32, copy=False)
+    if has_labels:
+        y = v.labels_to_pm1(_scalar_column(table, LABEL, where), where)
+    else:
+        y = np.zeros(n_rows, dtype=np.float32)
+    if validate:
+        v.check_indices(indptr, indices, n_features, where)
+        v.check_values(indptr, values, where)
+        v.check_weight(weight, where)
+    return Chunk(indptr, indices, values, y, weight)
+
+
+class Dataset:
+    """Parquet CSR dataset: chunks (= row groups) planned from metadata, read on demand.
+
+    Parameters
+    ----------
+    source : str, path, or list of them
+        A file, a directory of ``*.parquet`` files, a glob, or a list of these.
+    n_features : int, optional
+        Overrides ``snapfit.n_features`` from the files (needed for foreign files without it
+        and without index statistics).
+    require_labels : bool, default True
+        Fail on unlabelled files. With False, unlabelled chunks carry ``y`` = zeros and
+        :attr:`has_labels` is False (for prediction).
+    validate : bool, default True
+        Check every chunk as it is read (index range, finite values, labels, weights).
+
+    Examples
+    --------
+    >>> ds = Dataset("train/")                                  # doctest: +SKIP
+    >>> ds.n_rows, ds.nnz, ds.n_features, len(ds.chunks)        # doctest: +SKIP
+    >>> for chunk in ds.iter_chunks(ids=[0, 2]):                # doctest: +SKIP
+    ...     chunk.indptr, chunk.indices, chunk.values, chunk.y, chunk.weight
+
+    Reading is thread-safe: each thread opens its own ``ParquetFile`` (one shared across
+    threads crashed pyarrow 26.0.1).
+    """
+
+    def __init__(self, source, *, n_features=None, require_labels=True, validate=True):
+        self.source = source if isinstance(source, str) else str(source)
+        self.files = resolve_files(source)
+        if not self.files:
+            raise DataError(f"{self.source}: matches no files; check the path or glob.")
+        self.validate = validate
+        self._local = threading.local()
+        self._plan(n_features, require_labels)
+
+    @classmethod
+    def from_arrays(cls, X, y=None, weight=None, *, chunk_rows=None, n_features=None):
+        """An in-memory dataset over numpy / scipy.sparse arrays with the same interface.
+
+        See :class:`snapfit.data.ArrayDataset`.
+        """
+        from snapfit.data.memory import ArrayDataset
+
+        return ArrayDataset(X, y, weight, chunk_rows=chunk_rows, n_features=n_features)
+
+    def _plan(self, n_features, require_labels):
+        chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
+        self.metadata: dict[str, object] = {}
+        for file in self.files:
+            pf = _open(file)
+            schema = pf.schema_arrow
+            _check_schema(file, schema)
+            kv = decode_metadata(pf.metadata.metadata)
+            self.metadata = self.metadata or kv
+            if KEY_N_FEATURES.removeprefix("snapfit.") in kv:
+                found_nf[file] = int(kv["n_features"])
+            elif n_features is None:
+                top = _stats_max_index(pf.metadata)
+                if top is None:
+                    raise DataError(
+                        f"{file}: has no snapfit.n_features metadata and no index statistics; "
+                        "pass n_features=... or re-write it with snapfit."
+                    )
+                stats_nf = max(stats_nf, top + 1)
+            columns[file] = [c for c in (LABEL, INDICES, VALUES, WEIGHT) if c in schema.names]
+            if LABEL in schema.names:
+                label_files.append(file)
+            nnz = _row_group_nnz(file, pf.metadata, kv)
+            for g in range(pf.metadata.num_row_groups):
+                rows = pf.metadata.row_group(g).num_rows
+                chunks.append(ChunkRef(file, g, rows, nnz[g]))
+        self._columns = columns
+        if 0 < len(label_files) < len(self.files):
+            bad = next(f for f in self.files if f not in label_files)
+            raise DataError(
+                f"{bad}: has no 'label' column but {label_files[0]} has one; a dataset is "
+                "either all labelled or all unlabelled, split the file list."
+            )
+        self.has_labels = bool(label_files)
+        if require_labels and not self.has_labels:
+            raise DataError(
+                f"{self.files[0]}: has no 'label' column (unlabelled, e.g. a Criteo test file); "
+                "pass require_labels=False to read it for prediction, or convert labelled data."
+            )
+        if len(set(found_nf.values())) > 1 and n_features is None:
+            items = list(found_nf.items())
+            (f1, n1), (f2, n2) = next(
+                (a, b) for a, b in zip(items, items[1:], strict=False) if a[1] != b[1]
+            )
+            raise DataError(
+                f"{f2}: n_features is {n2} but {f1} has {n1}; files of one dataset must share "
+                "one feature space, re-convert with the same hash bits."
+            )
+        if n_features is None:
+            n_features = max([*found_nf.values(), stats_nf])
+        self.n_features = int(n_features)
+        self.chunks = [self._fill_nnz(c) for c in chunks]
+        if not self.n_rows:
+            raise DataError(f"{self.source}: the dataset holds no rows; check the file selection.")
+
+    def _fill_nnz(self, ref: ChunkRef) -> ChunkRef:
+        if ref.nnz is not None:
+            return ref
+        # Foreign file without statistics: count from the offsets of the indices column only.
+        table = self._pf(ref.file).read_row_group(ref.row_group, columns=[INDICES])
+        offsets = _column(table, INDICES).offsets.to_numpy()
+        return ref._replace(nnz=int(offsets[-1] - offsets[0]))
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_local")  # open files are per thread and per process
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def __repr__(self):
+        return (
+            f"Dataset({self.source!r}: {self.n_rows} rows, {self.nnz} nnz, "
+            f"{self.n_features} features, {len(self.chunks)} chunks)"
+        )
+
+    @property
+    def n_rows(self) -> int:
+        return sum(c.n_rows for c in self.chunks)
+
+    @property
+    def nnz(self) -> int:
+        return sum(c.nnz for c in self.chunks)
+
+    def _pf(self, file: str) -> pq.ParquetFile:
+        files = getattr(self._local, "files", None)
+        if files is None:
+            files = self._local.files = {}
+        if file not in files:
+            files[file] = _open(file)
+        return files[file]
+
+    def read_chunk(self, k: int) -> Chunk:
+        """Decode chunk ``k`` (one row group) into CSR arrays, checked if ``validate``."""
+        ref = self.chunks[k]
+        where = v.row_group_where(ref.file, ref.row_group)
+        try:
+            table = self._pf(ref.file).read_row_group(
+                ref.row_group, columns=self._columns[ref.file], use_threads=False
+            )
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(
+                f"{ref.file}, row group {ref.row_group}: cannot be read "
+                f"({str(e).splitlines()[0]}); the file is corrupt, re-write it."
+            ) from None
+        chunk = decode_table(
+            table,
+            n_features=self.n_features,
+            has_labels=self.has_labels,
+            where=where,
+            validate=self.validate,
+        )
+        if chunk.nnz != ref.nnz or chunk.n_rows != ref.n_rows:
+            raise DataError(
+                f"{ref.file}, row group {ref.row_group}: metadata promises {ref.n_rows} rows and "
+                f"{ref.nnz} nnz but the data holds {chunk.n_rows} and {chunk.nnz}; re-write it."
+            )
+        return chunk
+
+    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
+        """Chunks ``ids`` (default: all, in order), read one at a time."""
+        for k in range(len(self.chunks)) if ids is None else ids:
+            yield self.read_chunk(k)
+
+    def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
+        """(negatives, positives) over chunks ``ids``, reading only the label column."""
+        if not self.has_labels:
+            return 0, 0
+        n_pos = n = 0
+        for k in range(len(self.chunks)) if ids is None else ids:
+            ref = self.chunks[k]
+            table = self._pf(ref.file).read_row_group(
+                ref.row_group, columns=[LABEL], use_threads=False
+            )
+            where = v.row_group_where(ref.file, ref.row_group)
+            y = v.labels_to_pm1(_scalar_column(table, LABEL, where), where)
+            n_pos += int((y > 0).sum())
+            n += len(y)
+        return n - n_pos, n_pos
