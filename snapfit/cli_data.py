@@ -1,3 +1,136 @@
-"""CLI commands of the data layer: convert, make-data, info."""
+"""CLI commands of the data layer: convert, make-data, info. Thin: parse, call, print."""
 
-commands = []
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
+
+_ROW_GROUP_ROWS = click.option(
+    "--row-group-rows",
+    type=click.IntRange(min=1),
+    default=DEFAULT_ROW_GROUP_ROWS,
+    show_default=True,
+    metavar="N",
+    help="Rows per Parquet row group (= per chunk when training).",
+)
+_HASH_BITS = click.option(
+    "--hash-bits",
+    type=click.IntRange(5, 31),
+    default=20,
+    show_default=True,
+    help="Criteo: n_features = 2**bits; categorical tokens are hashed into it.",
+)
+_FORCE = click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+
+
+def _summary(report, seconds: float) -> str:
+    return (
+        f"Wrote {report.output}: {report.rows} rows, {report.nnz} nnz, "
+        f"{report.row_groups} row groups in {seconds:.1f} s."
+    )
+
+
+@click.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False), metavar="INPUT")
+@click.argument("output", type=click.Path(dir_okay=False), metavar="OUTPUT")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["criteo", "svmlight"]),
+    default=None,
+    help="Input format (default: detected from the content).",
+)
+@_HASH_BITS
+@_ROW_GROUP_ROWS
+@_FORCE
+@click.option(
+    "--skip-bad-rows",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="Criteo: drop up to N malformed rows (and list them) instead of failing.",
+)
+@click.option(
+    "--zero-based",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    help="svmlight: index base ('auto' as scikit-learn: one-based unless an index is 0).",
+)
+def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based):
+    """Convert a Criteo TSV (plain or .gz) or svmlight file INPUT to snapfit Parquet OUTPUT."""
+    from snapfit.datasets import convert as run
+
+    start = time.perf_counter()
+    report = run(
+        input,
+        output,
+        format=fmt,
+        hash_bits=hash_bits,
+        row_group_rows=row_group_rows,
+        force=force,
+        skip_bad_rows=skip_bad_rows,
+        zero_based={"auto": "auto", "yes": True, "no": False}[zero_based],
+    )
+    click.echo(_summary(report, time.perf_counter() - start))
+    if report.bad_rows:
+        click.echo(f"Skipped {report.bad_rows} bad rows:", err=True)
+        for line, problem in report.bad_lines:
+            click.echo(f"  line {line}: {problem}", err=True)
+
+
+@click.command("make-data")
+@click.argument("kind", type=click.Choice(["criteo-like"]), metavar="KIND")
+@click.argument("output", type=click.Path(dir_okay=False), metavar="OUTPUT")
+@click.option("--rows", type=click.IntRange(min=1), required=True, help="Rows to make.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same rows.")
+@click.option("--tsv", is_flag=True, help="Write raw Criteo TSV (gzip if OUTPUT ends in .gz).")
+@_HASH_BITS
+@_ROW_GROUP_ROWS
+@_FORCE
+def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force):
+    """Make a synthetic data set of KIND (criteo-like) in OUTPUT, streaming to disk."""
+    from snapfit.datasets import make_criteo_like_parquet, make_criteo_like_tsv
+
+    start = time.perf_counter()
+    if tsv:
+        make_criteo_like_tsv(output, rows, seed, force=force)
+        click.echo(f"Wrote {output}: {rows} rows in {time.perf_counter() - start:.1f} s.")
+        return
+    report = make_criteo_like_parquet(
+        output, rows, seed, hash_bits=hash_bits, row_group_rows=row_group_rows, force=force
+    )
+    click.echo(_summary(report, time.perf_counter() - start))
+
+
+@click.command()
+@click.argument("path", metavar="PATH")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def info(path, as_json):
+    """Summarize a snapfit Parquet dataset (file, directory or glob) from its metadata."""
+    from snapfit.data.info import dataset_info
+
+    summary = dataset_info(path)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    rate = summary["positive_rate"]
+    lines = [
+        f"source:        {summary['source']} ({summary['files']} files)",
+        f"rows:          {summary['rows']}",
+        f"nnz:           {summary['nnz']} ({summary['nnz'] / max(summary['rows'], 1):.1f} per row)",
+        f"n_features:    {summary['n_features']}",
+        f"row groups:    {summary['row_groups']}",
+        f"positive rate: {'unlabelled' if rate is None else f'{rate:.4f}'}",
+        f"bytes on disk: {summary['bytes']}",
+        f"snapfit format: {summary['format_version']}",
+    ]
+    lines += [f"{k + ':':<15}{v}" for k, v in sorted(summary["provenance"].items())]
+    click.echo("\n".join(lines))
+
+
+commands = [convert, make_data, info]

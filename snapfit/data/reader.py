@@ -354,6 +354,10 @@ class Dataset:
             )
         return chunk
 
+    def has_values_in(self, file: str) -> bool:
+        """Whether ``file`` stores a ``values`` column (without it every value is 1)."""
+        return VALUES in self._columns[file]
+
     def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
         """Chunks ``ids`` (default: all, in order), read one at a time."""
         for k in range(len(self.chunks)) if ids is None else ids:

@@ -1,0 +1,39 @@
+"""Opening text inputs (plain or gzip, detected from the first bytes, not the file name)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import pyarrow as pa
+
+from snapfit.errors import DataError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_binary(path):
+    """A binary file object over ``path``, decompressing gzip."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file; check the input path.")
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+def arrow_stream(path) -> pa.NativeFile:
+    """A pyarrow input stream over ``path``, decompressing gzip."""
+    return pa.input_stream(os.fspath(path), compression="gzip" if is_gzip(path) else None)
+
+
+def head(path, n_bytes: int = 1 << 16) -> bytes:
+    """The first ``n_bytes`` of the (decompressed) content."""
+    try:
+        with open_binary(path) as f:
+            return f.read(n_bytes)
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path}: cannot be read ({e}); check the file.") from None
