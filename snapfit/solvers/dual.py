@@ -29,9 +29,14 @@ Per-row duality gap (Fenchel-Young, each term >= 0), with margin ``m_i = y_i w.x
     g_i = C_i log(1 + e^{-m_i}) + a_i m_i + a_i log(a_i/C_i) + (C_i-a_i) log((C_i-a_i)/C_i)
 
 and ``sum_i g_i = P(w(a)) - D(a)`` because ``sum_i a_i m_i = ||w||^2``.
+
+Every row starts at ``a_i = 0`` (packed 0), with ``w = 0``: a feasible boundary point of the dual
+with zero entropy, so a fit needs no initialization pass over the data; a row's first step moves
+it into the interior. Rows with ``C_i = 0`` (zero sample weight) stay at 0 and count for nothing.
 """
 
 from math import exp, fabs, log, log1p
+from types import FunctionType, SimpleNamespace
 
 # Newton on the one-dimensional subproblem. liblinear loosens the inner tolerance early and
 # tightens it as the outer gradient shrinks; a fixed tight value costs at most a few more inner
@@ -40,20 +45,13 @@ INNER_TOL = 1e-12
 MAX_INNER = 100
 # Fraction kept when a Newton step would leave (0, C): the "xi" of Yu, Huang & Lin (2011).
 SHRINK = 0.1
-# Initial alpha as a fraction of C_i (liblinear uses min(0.001 C, 1e-8)).
+# First interior point of a row that starts at a_i = 0, as a fraction of C_i (liblinear starts
+# every row at min(0.001 C, 1e-8)).
 ALPHA0_FRACTION = 1e-3
-ALPHA0_MAX = 1e-8
-
-
-def initial_packed_alpha(c):
-    """Starting dual value of a row with bound ``c``: small and strictly inside (0, c)."""
-    if c <= 0.0:
-        return 0.0
-    return min(ALPHA0_FRACTION * c, ALPHA0_MAX)
 
 
 def unpack_alpha(s, c):
-    """Return ``(a, c - a)`` from the packed value ``s`` (see module docstring)."""
+    """Return ``(a, c - a)`` from the packed value ``s`` (see module docstring); 0 is ``(0, c)``."""
     if s >= 0.0:
         return s, c - s
     return c + s, -s
@@ -88,6 +86,8 @@ def newton_step(q, b, s, c):
     t = t_old
     if c - t < 0.5 * c:
         t = 0.1 * t
+    elif t <= 0.0:
+        t = ALPHA0_FRACTION * c
     gp = q * (t - t_old) + sign * b + log(t / (c - t))
     # g' is increasing and concave on (0, c/2], where the sign choice puts the minimizer, so
     # Newton iterates approach it from the left; the tolerance is scaled to g''s rounding noise.
@@ -132,6 +132,8 @@ def row_dual_entropy(s, c):
     if c <= 0.0:
         return 0.0
     a, ca = unpack_alpha(s, c)
+    if a <= 0.0:
+        return 0.0
     return a * log(a / c) + ca * log(ca / c)
 
 
@@ -141,3 +143,33 @@ def row_gap(m, s, c):
         return 0.0
     a, ca = unpack_alpha(s, c)
     return row_loss(m, c) + a * m + row_dual_entropy(s, c)
+
+
+_SCALAR_FUNCTIONS = (
+    "unpack_alpha",
+    "pack_alpha",
+    "newton_step",
+    "softplus_neg",
+    "row_loss",
+    "row_dual_entropy",
+    "row_gap",
+)
+
+
+def compile_with(decorate):
+    """Compile every scalar function of this module with ``decorate``; return them by name.
+
+    The functions call each other through module globals, which numba would see as plain Python
+    functions. Each compiled twin therefore gets a copy of this module's globals in which those
+    names are bound to the compiled twins, so ``newton_step`` compiled for the GPU calls
+    ``unpack_alpha`` compiled for the GPU. ``decorate`` is e.g. ``numba.njit(inline="always")`` or
+    ``numba.cuda.jit(device=True)``; this module itself stays free of numba.
+    """
+    namespace = dict(globals())
+    compiled = {}
+    for name in _SCALAR_FUNCTIONS:
+        fn = globals()[name]
+        twin = FunctionType(fn.__code__, namespace, name, fn.__defaults__, fn.__closure__)
+        twin.__doc__ = fn.__doc__
+        compiled[name] = namespace[name] = decorate(twin)
+    return SimpleNamespace(**compiled)

@@ -1,0 +1,231 @@
+"""The epoch loop: units run passes, CoCoA+ combines them, duality gaps decide when to stop.
+
+Python owns time here, kernels own arithmetic (as umap's ``optimize_layout_*`` calls its kernel
+once per epoch). Each epoch: plan which thread gets which chunk (``workers.plan_epoch``), stream
+the chunks from the source, let every thread run ``cd_pass`` on its own view of ``w``, average
+the views, and read the dual objective and the gap estimate off the pass. When the estimate says
+the relative gap is below ``tol``, one exact pass confirms it before stopping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from snapfit.engine.problem import EpochRecord, Problem
+from snapfit.engine.source import ChunkSource
+from snapfit.engine.state import DualState
+from snapfit.engine.workers import Item, ThreadGroup, bucket_order, plan_epoch
+from snapfit.solvers import cpu
+
+# A callback gets each epoch's record; returning True stops the fit after that epoch.
+Callback = Callable[[EpochRecord], "bool | None"]
+
+
+@dataclass
+class FitResult:
+    w: np.ndarray  # n_features + 1 entries; the last one is the intercept weight
+    n_iter: int
+    converged: bool
+    history: list[EpochRecord] = field(default_factory=list)
+
+
+def _chunk_args(chunk):
+    values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
+    weight = chunk.weight if chunk.weight is not None else cpu.EMPTY_F32
+    return (
+        chunk.indptr,
+        chunk.indices,
+        values,
+        chunk.values is not None,
+        chunk.y,
+        weight,
+        chunk.weight is not None,
+    )
+
+
+def _item_rows(item: Item, n_rows: int, problem: Problem, epoch: int) -> np.ndarray:
+    """This item's rows, in the order derived from (seed, epoch, chunk) alone."""
+    rng = np.random.default_rng([problem.seed, epoch, item.k])
+    rows = bucket_order(n_rows, problem.bucket_rows, rng)
+    if item.n_parts == 1:
+        return rows
+    lo = item.part * n_rows // item.n_parts
+    hi = (item.part + 1) * n_rows // item.n_parts
+    return rows[lo:hi]
+
+
+class Trainer:
+    """Holds ``w``, the dual state and the threads across epochs (and across resumes)."""
+
+    def __init__(self, source: ChunkSource, problem: Problem, state: DualState | None = None):
+        self.source = source
+        self.problem = problem
+        self.k = max(1, int(problem.n_jobs))
+        self.sigma = float(self.k)
+        d = source.n_features
+        self.state = state or DualState([source.chunk_rows(k) for k in range(source.n_chunks)])
+        self.w = np.zeros(d + 1)
+        self.views = [self.w] + [np.empty_like(self.w) for _ in range(self.k - 1)]
+        self._scratch: list = [None] * self.k
+        self.chunk_gaps = np.zeros(source.n_chunks)
+        self.nnz = [source.chunk_nnz(k) for k in range(source.n_chunks)]
+        self.epoch = 0
+        self.history: list[EpochRecord] = []
+        self._group = ThreadGroup(self.k)
+
+    # -- per-thread work -------------------------------------------------------------------
+    def _scratch_of(self, t: int):
+        if self._scratch[t] is None:
+            d = self.source.n_features + 1
+            self._scratch[t] = (np.zeros(d), np.full(d, -1, dtype=np.int64))
+        return self._scratch[t]
+
+    def _pass_item(self, t: int, item: Item, chunk):
+        p = self.problem
+        alpha = self.state.alpha_of(item.k)
+        sq = self.state.sqnorm_of(item.k, chunk, self._scratch_of(t))
+        rows = _item_rows(item, chunk.n_rows, p, self.epoch)
+        gap, ent = cpu.cd_pass(
+            *_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.views[t], rows,
+            self.sigma,
+        )  # fmt: skip
+        return gap, ent
+
+    def _objective_item(self, t: int, item: Item, chunk):
+        p = self.problem
+        alpha = self.state.alpha_of(item.k)
+        return cpu.chunk_objective(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.w)
+
+    def _warm_item(self, t: int, item: Item, chunk):
+        p = self.problem
+        alpha = self.state.alpha_of(item.k)
+        cpu.alpha_from_margins(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, self._warm, alpha)
+        cpu.accumulate_w(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
+
+    def _whole_chunks(self) -> tuple[list[int], list[list[Item]]]:
+        """Every chunk once and whole, dealt round-robin to threads, for whole-data passes."""
+        order = list(range(self.source.n_chunks))
+        plan: list[list[Item]] = [[] for _ in range(self.k)]
+        for k in order:
+            plan[k % self.k].append(Item(k, k % self.k, 0, 1))
+        return order, plan
+
+    def _run(self, order: Sequence[int], plan, fn):
+        release = getattr(self.source, "release", lambda k: None)
+        return self._group.run(self.source.epoch(order), plan, fn, release)
+
+    # -- whole-data operations -------------------------------------------------------------
+    def warm_start(self, w0: np.ndarray) -> None:
+        """Start from the dual point paired with ``w0`` (see ``cpu.alpha_from_margins``)."""
+        self._warm = np.asarray(w0, dtype=np.float64)
+        for v in self.views:
+            v[:] = 0.0
+        order, plan = self._whole_chunks()
+        self._run(order, plan, self._warm_item)
+        self._merge(mean=False)
+        del self._warm
+
+    def exact_objective(self) -> tuple[float, float, float]:
+        """Exact ``(primal, dual, gap)`` at the current ``w`` and ``alpha`` (one data pass)."""
+        order, plan = self._whole_chunks()
+        results = self._run(order, plan, self._objective_item)
+        loss = sum(r[0] for _, r in results)
+        ent = sum(r[1] for _, r in results)
+        wsq = float(self.w @ self.w)
+        primal = 0.5 * wsq + loss
+        dual = -0.5 * wsq - ent
+        return primal, dual, primal - dual
+
+    def _merge(self, *, mean: bool) -> None:
+        for v in self.views[1:]:
+            self.w += v
+        if mean and self.k > 1:
+            self.w /= self.k
+
+    def run_epoch(self) -> EpochRecord:
+        p = self.problem
+        rng = np.random.default_rng([p.seed, self.epoch, 2**31 - 2])
+        order, plan = plan_epoch(self.nnz, self.k, rng)
+        for v in self.views[1:]:
+            v[:] = self.w
+        io0 = self.source.io_wait
+        t0 = time.perf_counter()
+        results = self._run(order, plan, self._pass_item)
+        self._merge(mean=True)
+        seconds = time.perf_counter() - t0
+        self.chunk_gaps[:] = 0.0
+        ent = 0.0
+        for item, (gap, e) in results:
+            self.chunk_gaps[item.k] += gap
+            ent += e
+        self.source.update_gaps(self.chunk_gaps)
+        wsq = float(self.w @ self.w)
+        dual = -0.5 * wsq - ent
+        gap = float(self.chunk_gaps.sum())
+        primal = dual + gap
+        n_rows = self.state.n_rows
+        nnz = sum(self.nnz)
+        self.epoch += 1
+        rec = EpochRecord(
+            epoch=self.epoch,
+            primal=primal,
+            dual=dual,
+            gap=gap,
+            rel_gap=gap / max(abs(primal), 1e-300),
+            exact=False,
+            seconds=seconds,
+            rows_per_s=n_rows / seconds if seconds > 0 else float("inf"),
+            nnz_per_s=nnz / seconds if seconds > 0 else float("inf"),
+            io_wait=self.source.io_wait - io0,
+        )
+        return rec
+
+    def confirm(self, rec: EpochRecord) -> EpochRecord:
+        """Replace an epoch's estimated gap with the exact one (its time is added to the epoch)."""
+        t0 = time.perf_counter()
+        primal, dual, gap = self.exact_objective()
+        rec.primal, rec.dual, rec.gap, rec.exact = primal, dual, gap, True
+        rec.rel_gap = gap / max(abs(primal), 1e-300)
+        rec.seconds += time.perf_counter() - t0
+        return rec
+
+    def close(self) -> None:
+        self._group.close()
+        self.state.close()
+
+
+def fit(
+    source: ChunkSource,
+    problem: Problem,
+    *,
+    warm_w: np.ndarray | None = None,
+    callbacks: Sequence[Callback] = (),
+    trainer: Trainer | None = None,
+) -> FitResult:
+    """Run epochs until the exact relative gap is at most ``problem.tol`` or ``max_iter``.
+
+    ``trainer`` continues an existing run (resume); ``warm_w`` starts from a previous model.
+    """
+    tr = trainer or Trainer(source, problem)
+    try:
+        if warm_w is not None and trainer is None:
+            tr.warm_start(warm_w)
+        converged = False
+        while tr.epoch < problem.max_iter:
+            rec = tr.run_epoch()
+            last = tr.epoch >= problem.max_iter
+            if rec.rel_gap <= problem.tol or last:
+                tr.confirm(rec)
+                converged = rec.rel_gap <= problem.tol
+            tr.history.append(rec)
+            stop = any(cb(rec) for cb in callbacks)
+            if converged or stop:
+                break
+        return FitResult(w=tr.w.copy(), n_iter=tr.epoch, converged=converged, history=tr.history)
+    finally:
+        if trainer is None:
+            tr.close()

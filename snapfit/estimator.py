@@ -1,0 +1,347 @@
+"""The scikit-learn door: ``snapfit.LogisticRegression``.
+
+``__init__`` stores its arguments verbatim; ``fit`` validates them, turns the input into chunks,
+hands a ``Problem`` to ``snapfit.engine.fit`` and keeps what comes back. The objective is
+scikit-learn's (liblinear's, with a regularized intercept feature), so coefficients can be checked
+against ``sklearn.linear_model.LogisticRegression(solver="liblinear")`` for the same ``C``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state, compute_class_weight
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+from snapfit import model as model_io
+from snapfit.data.chunk import Chunk
+from snapfit.engine import InMemorySource, Problem, fit
+from snapfit.solvers import cpu
+
+
+def _resolve_n_jobs(n_jobs: int | None) -> int:
+    """scikit-learn's convention: None means 1, -1 all cores, -2 all but one."""
+    if n_jobs is None:
+        return 1
+    if n_jobs < 0:
+        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return int(n_jobs)
+
+
+def _csr_chunks(X: sp.csr_matrix, y_pm, weight, chunk_rows: int | None) -> list[Chunk]:
+    """Split a CSR matrix into chunks without copying values (views of its arrays)."""
+    n = X.shape[0]
+    step = n if not chunk_rows else int(chunk_rows)
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int32, copy=False)
+    chunks = []
+    for lo in range(0, n, max(step, 1)):
+        hi = min(n, lo + step)
+        a, b = indptr[lo], indptr[hi]
+        chunks.append(
+            Chunk(
+                indptr[lo : hi + 1] - a,
+                indices[a:b],
+                X.data[a:b],
+                y_pm[lo:hi],
+                None if weight is None else weight[lo:hi],
+            )
+        )
+    return chunks
+
+
+class LogisticRegression(ClassifierMixin, BaseEstimator):
+    """L2-regularized logistic regression by dual coordinate descent, in memory or out of core.
+
+    Minimizes ``1/2 ||w||^2 + sum_i C_i log(1 + exp(-y_i (w.x_i + b)))`` with
+    ``C_i = C * class_weight[y_i] * sample_weight_i`` and the intercept ``b`` learned as the
+    weight of a constant feature ``intercept_scaling`` (regularized, as in liblinear).
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Inverse regularization strength (snapml's ``regularizer`` is ``1/C``).
+    fit_intercept : bool, default=True
+    intercept_scaling : float, default=1.0
+        Value of the constant feature; larger values regularize the intercept less.
+    class_weight : dict, "balanced" or None
+    tol : float, default=1e-4
+        Stop when the relative duality gap ``(P - D) / |P|`` is at most ``tol``.
+    max_iter : int, default=100
+        Maximum number of epochs (passes over the data).
+    device : {"auto", "cpu", "gpu"}, default="auto"
+    n_jobs : int or None
+        CPU threads; each solves its share of the rows on its own copy of ``w`` (CoCoA+).
+    memory_budget : int, str or None
+        Bytes of host memory for out-of-core fits from Parquet (e.g. ``"2GB"``).
+    chunk_rows : int or None
+        Rows per chunk for in-memory input (None: one chunk, the best convergence per epoch).
+    random_state : int, RandomState or None
+        Seeds the visiting order; the same seed and ``n_jobs`` give the same ``coef_``.
+    warm_start : bool, default=False
+        Start from the dual point paired with the previous ``coef_``.
+    verbose : int, default=0
+        Print one line per epoch when > 0.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (1, n_features)
+    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (2,)
+    n_iter_ : ndarray of shape (1,)
+    history_ : list of dict
+        Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from snapfit import LogisticRegression
+    >>> X = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    >>> clf = LogisticRegression(C=10.0, random_state=0).fit(X, [0, 1, 1, 0])
+    >>> clf.predict(X).tolist()
+    [0, 1, 1, 0]
+    """
+
+    _parameter_constraints: dict = {
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "fit_intercept": ["boolean"],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "device": [StrOptions({"auto", "cpu", "gpu"})],
+        "n_jobs": [Integral, None],
+        "memory_budget": [Interval(Integral, 1, None, closed="left"), str, None],
+        "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
+        "random_state": ["random_state"],
+        "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        C=1.0,
+        *,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        class_weight=None,
+        tol=1e-4,
+        max_iter=100,
+        device="auto",
+        n_jobs=None,
+        memory_budget=None,
+        chunk_rows=None,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+    ):
+        self.C = C
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.tol = tol
+        self.max_iter = max_iter
+        self.device = device
+        self.n_jobs = n_jobs
+        self.memory_budget = memory_budget
+        self.chunk_rows = chunk_rows
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    # -- fitting ---------------------------------------------------------------------------
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit on an array / sparse matrix with labels ``y``."""
+        self._validate_params()
+        X, y = validate_data(
+            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
+        )
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if len(classes) > 2:
+            raise ValueError(
+                f"Only binary classification is supported; y has {len(classes)} classes "
+                f"({classes[:5].tolist()}...). Wrap the estimator in "
+                "sklearn.multiclass.OneVsRestClassifier for more."
+            )
+        if len(classes) < 2:
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {classes[0]!r}"
+            )
+        self.classes_ = classes
+        y_pm = np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
+        weight = None
+        if sample_weight is not None:
+            weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+            weight = weight.astype(np.float32)
+        cw = compute_class_weight(self.class_weight, classes=classes, y=y)
+        X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
+        chunks = _csr_chunks(X, y_pm, weight, self.chunk_rows)
+        source = InMemorySource(chunks, X.shape[1])
+        return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+
+    def _fit_source(self, source, *, c_neg: float, c_pos: float):
+        if self.device == "gpu":
+            from snapfit.errors import ResourceError
+
+            raise ResourceError(
+                "device='gpu' was requested but snapfit found no usable GPU; use device='cpu' "
+                "or device='auto'."
+            )
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
+        problem = Problem(
+            n_features=source.n_features,
+            c_pos=float(c_pos),
+            c_neg=float(c_neg),
+            bias=bias,
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
+            n_jobs=_resolve_n_jobs(self.n_jobs),
+            seed=seed,
+        )
+        warm = None
+        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] == source.n_features:
+            warm = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+        callbacks = [self._print_epoch] if self.verbose else []
+        result = fit(source, problem, warm_w=warm, callbacks=callbacks)
+        d = source.n_features
+        self.coef_ = result.w[:d].reshape(1, d).copy()
+        self.intercept_ = np.array([result.w[d] * bias])
+        self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
+        self.history_ = [rec.as_dict() for rec in result.history]
+        if not result.converged:
+            warnings.warn(
+                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} epochs "
+                f"(relative duality gap {result.history[-1].rel_gap:.3g}); increase max_iter.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    @staticmethod
+    def _print_epoch(rec) -> None:
+        print(
+            f"epoch {rec.epoch:4d}  primal {rec.primal:.8g}  rel_gap {rec.rel_gap:.3e}"
+            f"{' (exact)' if rec.exact else ''}  {rec.seconds:.3f}s  {rec.nnz_per_s / 1e6:.1f}M nnz/s",
+            flush=True,
+        )
+
+    # -- prediction ------------------------------------------------------------------------
+    def decision_function(self, X):
+        """Signed distance ``w.x + b``; positive means ``classes_[1]``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
+        if not sp.issparse(X):
+            return X @ self.coef_.ravel() + self.intercept_[0]
+        X = X.tocsr()
+        out = np.empty(X.shape[0])
+        cpu.decision_function(
+            X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False),
+            X.data, True, self.coef_.ravel(), float(self.intercept_[0]), out,
+        )  # fmt: skip
+        return out
+
+    def predict_proba(self, X):
+        """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2)."""
+        from scipy.special import expit
+
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def predict_log_proba(self, X):
+        from scipy.special import log_expit
+
+        s = self.decision_function(X)
+        return np.column_stack([log_expit(-s), log_expit(s)])
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    # -- persistence and interop -----------------------------------------------------------
+    def save(self, path) -> None:
+        """Write the fitted model to ``path`` (.npz with a JSON header; no pickle)."""
+        check_is_fitted(self)
+        classes = self.classes_
+        if classes.dtype == object:
+            classes = classes.astype(str)
+        arrays = {"coef": self.coef_, "intercept": self.intercept_, "classes": classes}
+        meta = {"params": _jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
+                "history": self.history_}  # fmt: skip
+        model_io.save_arrays(path, arrays, meta)
+
+    def to_sklearn(self):
+        """A fitted ``sklearn.linear_model.LogisticRegression`` with the same coefficients."""
+        from sklearn.linear_model import LogisticRegression as SkLR
+
+        check_is_fitted(self)
+        sk = SkLR(C=self.C, fit_intercept=self.fit_intercept, solver="liblinear",
+                  intercept_scaling=self.intercept_scaling, class_weight=self.class_weight)  # fmt: skip
+        sk.coef_ = self.coef_.copy()
+        sk.intercept_ = self.intercept_.copy()
+        sk.classes_ = self.classes_.copy()
+        sk.n_features_in_ = self.n_features_in_
+        sk.n_iter_ = self.n_iter_.copy()
+        return sk
+
+
+def _jsonable(params: dict) -> dict:
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = {str(a): float(b) for a, b in v.items()}
+        else:
+            out[k] = repr(v)
+    return out
+
+
+def load(path) -> LogisticRegression:
+    """Load a model written by ``LogisticRegression.save``; checks integrity, never unpickles."""
+    arrays, header = model_io.load_arrays(path)
+    params = header.get("params", {})
+    est = LogisticRegression()
+    valid = est.get_params()
+    kw = {}
+    for k, v in params.items():
+        if k in valid and k not in ("random_state",):
+            if k == "class_weight" and isinstance(v, dict):
+                v = {_key(a): b for a, b in v.items()}
+            kw[k] = v
+    est.set_params(**kw)
+    try:
+        est.coef_ = arrays["coef"].astype(np.float64).reshape(1, -1)
+        est.intercept_ = arrays["intercept"].astype(np.float64).reshape(1)
+        est.classes_ = arrays["classes"]
+    except (KeyError, ValueError) as e:
+        from snapfit.errors import DataError
+
+        raise DataError(f"{os.fspath(path)}: model arrays are incomplete ({e}).") from None
+    est.n_features_in_ = est.coef_.shape[1]
+    est.n_iter_ = np.array([header.get("n_iter", 0)], dtype=np.int32)
+    est.history_ = header.get("history", [])
+    return est
+
+
+def _key(s: str):
+    try:
+        return int(s)
+    except ValueError:
+        return s

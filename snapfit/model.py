@@ -1,0 +1,83 @@
+"""Model files: one ``.npz`` holding the arrays and a JSON header, loaded without pickle.
+
+The header records the format version, the estimator's parameters, the training history and a
+SHA-256 of every array, so a truncated or edited file fails with a clear message instead of
+predicting with damaged coefficients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from snapfit.errors import DataError
+
+FORMAT = "snapfit.model"
+FORMAT_VERSION = 1
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Write ``arrays`` and ``meta`` to ``path`` atomically (temporary name, then rename)."""
+    path = os.fspath(path)
+    header = dict(meta, format=FORMAT, format_version=FORMAT_VERSION)
+    header["sha256"] = {k: _digest(v) for k, v in arrays.items()}
+    header["dtypes"] = {k: str(v.dtype) for k, v in arrays.items()}
+    blob = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".snapfit-model-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, __header__=blob, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
+    """Read a model file, checking its format, version and every array's checksum."""
+    path = os.fspath(path)
+    where = f"{path}: "
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            files = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise DataError(
+            f"{where}not a readable snapfit model file ({e}); it may be truncated. "
+            "Re-save the model or copy the file again."
+        ) from None
+    if "__header__" not in files:
+        raise DataError(f"{where}no snapfit header; this .npz was not written by snapfit.save.")
+    try:
+        header = json.loads(files.pop("__header__").tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise DataError(f"{where}the model header is damaged; re-save the model.") from None
+    if header.get("format") != FORMAT:
+        raise DataError(f"{where}not a snapfit model (format {header.get('format')!r}).")
+    if header.get("format_version", 0) > FORMAT_VERSION:
+        raise DataError(
+            f"{where}model format version {header['format_version']} is newer than this snapfit "
+            f"reads ({FORMAT_VERSION}); upgrade snapfit."
+        )
+    expected = header.get("sha256", {})
+    if set(expected) != set(files):
+        raise DataError(
+            f"{where}arrays {sorted(files)} do not match the header's {sorted(expected)}; "
+            "the file was altered."
+        )
+    for k, a in files.items():
+        if _digest(a) != expected[k]:
+            raise DataError(f"{where}array {k!r} fails its checksum; the file was altered.")
+    return files, header

@@ -1,0 +1,264 @@
+"""CPU kernels: one pass of dual coordinate descent over one CSR chunk, and its exact gap.
+
+Kernels take arrays and scalars and return numbers; Python (the engine) owns epochs, threads and
+errors. They are ``njit(nogil=True)`` so several threads run them truly in parallel, each on its
+own view of ``w`` (see ``snapfit.engine``). The scalar math is ``snapfit.solvers.dual``, compiled
+here with ``inline="always"`` so the inner loop pays no call.
+
+Every kernel takes a chunk in the one order ``indptr, indices, values, y, weight``; ``values`` and
+``weight`` are passed as zero-length arrays when absent (``has_values`` / ``has_weight`` False),
+so one compiled specialization serves one-hot and valued data alike.
+"""
+
+from __future__ import annotations
+
+from math import exp
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from snapfit.solvers import dual
+
+_inline = njit(inline="always", nogil=True)
+
+_math = dual.compile_with(_inline)
+newton_step = _math.newton_step
+unpack_alpha = _math.unpack_alpha
+row_loss = _math.row_loss
+row_dual_entropy = _math.row_dual_entropy
+row_gap = _math.row_gap
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """``llvm.prefetch`` of ``arr[idx]`` (read, high locality, data cache).
+
+    Rows are visited in random order, so every ``w[j]`` of a row is a likely cache miss; issuing
+    the loads of the next row's ``w`` entries while the current row computes hides most of them
+    (an epoch measured 1.4-2.2x faster here on 2^20 features).
+    """
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(
+            fn,
+            [
+                builder.bitcast(ptr, i8p),
+                ir.Constant(i32, 0),
+                ir.Constant(i32, 3),
+                ir.Constant(i32, 1),
+            ],
+        )
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@_inline
+def row_bound(i, y, weight, has_weight, c_pos, c_neg):
+    """``C_i = C * class_weight[y_i] * sample_weight_i``."""
+    c = c_pos if y[i] > 0 else c_neg
+    if has_weight:
+        c *= weight[i]
+    return c
+
+
+@njit(nogil=True, cache=True)
+def row_sqnorms(indptr, indices, values, has_values, acc, stamp, out):
+    """Exact ``||x_i||^2`` of each row into ``out``, duplicates summed first.
+
+    Duplicated indices inside a row add, so ``||x_i||^2`` is not ``sum v^2``; an underestimate
+    would make the Newton step overshoot. ``acc`` (float64) and ``stamp`` (int64, filled with -1)
+    are scratch arrays of length n_features that this kernel leaves reusable.
+    """
+    n = len(indptr) - 1
+    for r in range(n):
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        for k in range(lo, hi):
+            j = indices[k]
+            v = values[k] if has_values else 1.0
+            if stamp[j] != r:
+                stamp[j] = r
+                acc[j] = v
+            else:
+                acc[j] += v
+        s = 0.0
+        for k in range(lo, hi):
+            j = indices[k]
+            if stamp[j] == r:
+                s += acc[j] * acc[j]
+                stamp[j] = -2
+        out[r] = s
+    for k in range(indptr[0], indptr[n]):
+        stamp[indices[k]] = -1
+
+
+@njit(nogil=True, cache=True)
+def cd_pass(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma,
+):  # fmt: skip
+    """One pass of dual CD over ``rows`` (in that order) of a chunk, updating ``alpha`` and ``w``.
+
+    ``w`` is this worker's view (length n_features + 1; the last entry is the intercept weight,
+    whose feature value is ``bias``, 0 when there is no intercept). ``sigma`` is CoCoA+'s sigma':
+    the subproblem's curvature is ``sigma ||x_i||^2`` and the view moves by ``sigma * delta``, so
+    K views started from the same ``w`` can be averaged safely (``sigma = K``).
+
+    Returns ``(gap, entropy)``. ``gap`` sums each row's gap term just before its own update (an
+    estimate of the chunk's gap that is exact at a fixed point; it ranks chunks for residency and
+    tells when an exact check is worth it). ``entropy`` sums the rows' dual entropy after their update:
+    since an epoch visits every row once, the epoch's sum over all chunks is the exact entropy
+    term of the dual objective, which therefore needs no extra pass.
+    """
+    d = len(w) - 1
+    bias2 = bias * bias
+    gap = 0.0
+    ent = 0.0
+    n = len(rows)
+    for t in range(n):
+        if t + 1 < n:
+            nr = rows[t + 1]
+            for k in range(indptr[nr], indptr[nr + 1]):
+                _prefetch(w, indices[k])
+        i = rows[t]
+        c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        if c <= 0.0:
+            continue
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        dot = w[d] * bias
+        if has_values:
+            for k in range(lo, hi):
+                dot += w[indices[k]] * values[k]
+        else:
+            for k in range(lo, hi):
+                dot += w[indices[k]]
+        yi = y[i]
+        b = yi * dot
+        q = sigma * (sqnorm[i] + bias2)
+        s_old = alpha[i]
+        # The row's gap term is taken before its update: after an exact coordinate minimization
+        # it is zero by construction and would say nothing about the chunk.
+        gap += row_gap(b, s_old, c)
+        s_new, delta = newton_step(q, b, s_old, c)
+        alpha[i] = s_new
+        ent += row_dual_entropy(s_new, c)
+        if delta != 0.0:
+            step = sigma * delta * yi
+            w[d] += step * bias
+            if has_values:
+                for k in range(lo, hi):
+                    w[indices[k]] += step * values[k]
+            else:
+                for k in range(lo, hi):
+                    w[indices[k]] += step
+    return gap, ent
+
+
+@njit(nogil=True, cache=True)
+def chunk_objective(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, alpha, w,
+):  # fmt: skip
+    """Exact ``(loss, entropy, gap)`` sums of a chunk at ``w`` and ``alpha``.
+
+    ``P = 1/2||w||^2 + loss``, ``D = -1/2||w||^2 - entropy``; ``gap`` sums the per-row terms
+    ``g_i >= 0`` (equal to ``P - D`` over the whole data set when ``w = w(alpha)``).
+    """
+    d = len(w) - 1
+    loss = 0.0
+    ent = 0.0
+    gap = 0.0
+    for i in range(len(indptr) - 1):
+        c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        if c <= 0.0:
+            continue
+        dot = w[d] * bias
+        for k in range(indptr[i], indptr[i + 1]):
+            dot += w[indices[k]] * (values[k] if has_values else 1.0)
+        m = y[i] * dot
+        loss += row_loss(m, c)
+        ent += row_dual_entropy(alpha[i], c)
+        gap += row_gap(m, alpha[i], c)
+    return loss, ent, gap
+
+
+@njit(nogil=True, cache=True)
+def accumulate_w(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, alpha, w,
+):  # fmt: skip
+    """Add ``sum_i a_i y_i x_i`` of a chunk into ``w``: rebuilds ``w(alpha)`` exactly.
+
+    Used when alpha comes from elsewhere (a checkpoint, a warm start) and ``w`` must agree with
+    it; the bound of each row is needed to unpack its alpha.
+    """
+    d = len(w) - 1
+    for i in range(len(indptr) - 1):
+        c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        if c <= 0.0:
+            continue
+        a, _ = unpack_alpha(alpha[i], c)
+        step = a * y[i]
+        w[d] += step * bias
+        for k in range(indptr[i], indptr[i + 1]):
+            w[indices[k]] += step * (values[k] if has_values else 1.0)
+
+
+@njit(nogil=True, cache=True)
+def alpha_from_margins(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, w, alpha,
+):  # fmt: skip
+    """Warm start: ``a_i = C_i / (1 + exp(m_i))``, the dual point that the optimality conditions
+    pair with ``w`` (``m_i = y_i w.x_i``). If ``w`` is the optimum of this data, so is ``w(a)``.
+    Both ``a`` and ``C - a`` are formed from the margin directly, so neither loses digits.
+    """
+    d = len(w) - 1
+    for i in range(len(indptr) - 1):
+        c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        if c <= 0.0:
+            alpha[i] = 0.0
+            continue
+        dot = w[d] * bias
+        for k in range(indptr[i], indptr[i + 1]):
+            dot += w[indices[k]] * (values[k] if has_values else 1.0)
+        m = y[i] * dot
+        # a = c * sigmoid(-m), c - a = c * sigmoid(m), both strictly inside (0, c) unless they
+        # underflow; keep the packed value away from exact 0 (which means "not started").
+        if m >= 0.0:
+            e = exp(-m)
+            a = c * e / (1.0 + e)
+            ca = c / (1.0 + e)
+        else:
+            e = exp(m)
+            a = c / (1.0 + e)
+            ca = c * e / (1.0 + e)
+        a = max(a, 1e-300)
+        ca = max(ca, 1e-300)
+        alpha[i] = a if a <= ca else -ca
+
+
+@njit(nogil=True, cache=True)
+def decision_function(indptr, indices, values, has_values, coef, intercept, out):
+    """``out[i] = coef . x_i + intercept`` for a CSR block (prediction)."""
+    for i in range(len(indptr) - 1):
+        s = intercept
+        for k in range(indptr[i], indptr[i + 1]):
+            s += coef[indices[k]] * (values[k] if has_values else 1.0)
+        out[i] = s
+
+
+EMPTY_F32 = np.zeros(0, dtype=np.float32)
