@@ -35,12 +35,12 @@ def _summary(report, seconds: float) -> str:
 
 
 @click.command()
-@click.argument("input", type=click.Path(exists=True, dir_okay=False), metavar="INPUT")
+@click.argument("input", type=click.Path(exists=True), metavar="INPUT")
 @click.argument("output", type=click.Path(dir_okay=False), metavar="OUTPUT")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["criteo", "svmlight"]),
+    type=click.Choice(["criteo", "svmlight", "parquet"]),
     default=None,
     help="Input format (default: detected from the content).",
 )
@@ -62,7 +62,8 @@ def _summary(report, seconds: float) -> str:
     help="svmlight: index base ('auto' as scikit-learn: one-based unless an index is 0).",
 )
 def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based):
-    """Convert a Criteo TSV (plain or .gz) or svmlight file INPUT to snapfit Parquet OUTPUT."""
+    """Convert INPUT (Criteo TSV plain or .gz, svmlight, or Parquet to re-check and re-chunk)
+    to a snapfit Parquet file OUTPUT."""
     from snapfit.datasets import convert as run
 
     start = time.perf_counter()

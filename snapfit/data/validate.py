@@ -85,13 +85,13 @@ def labels_to_pm1(labels: np.ndarray, where: Where, column: str = "label") -> np
     if not ok.all():
         row = int(np.flatnonzero(~ok)[0])
         raise DataError(
-            f"{where(row)}: column '{column}' holds {lab[row]!r}; labels must be 0/1 or -1/+1, "
-            "map the classes to one of these before writing."
+            f"{where(row)}: column '{column}' holds {lab[row].item()}; labels must be 0/1 or "
+            "-1/+1, map the classes to one of these before writing."
         )
     if zero.any() and neg.any():
         row = int(max(np.argmax(zero), np.argmax(neg)))
         raise DataError(
-            f"{where(row)}: column '{column}' mixes 0 and -1 (here {lab[row]!r}); use 0/1 or "
+            f"{where(row)}: column '{column}' mixes 0 and -1 (here {lab[row].item()}); use 0/1 or "
             "-1/+1 throughout, re-convert the labels."
         )
     return np.where(pos, np.float32(1), np.float32(-1))

@@ -1,7 +1,7 @@
 """Converters into snapfit Parquet (Criteo TSV, svmlight, numpy/scipy) and data makers."""
 
 from snapfit.data.writer import write_parquet
-from snapfit.datasets.convert import FORMATS, convert, detect_format
+from snapfit.datasets.convert import FORMATS, convert, convert_parquet, detect_format
 from snapfit.datasets.criteo import ConvertReport, convert_criteo
 from snapfit.datasets.criteo_like import (
     make_criteo_like,
@@ -15,6 +15,7 @@ __all__ = [
     "ConvertReport",
     "convert",
     "convert_criteo",
+    "convert_parquet",
     "convert_svmlight",
     "detect_format",
     "make_criteo_like",

@@ -4,33 +4,91 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
+from snapfit.data.reader import Dataset
+from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS, WEIGHT
+from snapfit.data.writer import ChunkWriter, atomic_output, check_output
 from snapfit.datasets.criteo import ConvertReport, convert_criteo
 from snapfit.datasets.criteo_hash import N_FIELDS
 from snapfit.datasets.svmlight import convert_svmlight
 from snapfit.datasets.textio import head
 from snapfit.errors import DataError
 
-FORMATS = ("criteo", "svmlight")
+FORMATS = ("criteo", "svmlight", "parquet")
+
+
+def _is_number(token: bytes) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def detect_format(path) -> str:
     """ "criteo" for 39/40 tab-separated fields, "svmlight" for ``label idx:val ...`` lines."""
     path = os.fspath(path)
     data = head(path)
-    if data[:4] == b"PAR1":
-        raise DataError(f"{path}: is already Parquet; read it with snapfit.data.Dataset.")
+    if data[:4] == b"PAR1" or path.endswith(".parquet"):
+        return "parquet"  # a damaged .parquet file is reported by the Parquet reader
     for line in data.split(b"\n")[:-1] or [data]:
         if line.count(b"\t") + 1 in (N_FIELDS, N_FIELDS + 1):
             return "criteo"
         tokens = line.split(b"#", 1)[0].split()
         if not tokens:
             continue
-        if all(b":" in t for t in tokens[1:]) and b":" not in tokens[0]:
+        if all(b":" in t for t in tokens[1:]) and _is_number(tokens[0]):
             return "svmlight"
         break
     raise DataError(
-        f"{path}: cannot tell its format from the first lines; pass --format criteo|svmlight."
+        f"{path}: format not recognized from the first lines; "
+        "pass --format criteo|svmlight|parquet."
     )
+
+
+def convert_parquet(
+    input, output, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, force: bool = False
+) -> ConvertReport:
+    """Re-write a Parquet dataset (file, directory or glob) as one checked snapfit file.
+
+    Every chunk is validated on the way (the reader's checks), so this is also how to vet a
+    file from another writer, or to change its row-group size. Labels are written as int8 ±1.
+    """
+    ds = Dataset(input, require_labels=False)
+    out = check_output(output, ds.files, force=force)
+    has_values = any(ds.has_values_in(f) for f in ds.files)
+    has_weight = any(WEIGHT in ds._columns[f] for f in ds.files)
+    provenance = {k: v for k, v in ds.metadata.items() if k not in ("row_group_nnz",)}
+    provenance.pop("n_features", None)
+    provenance.pop("format_version", None)
+    provenance.setdefault("source", os.path.basename(os.fspath(input)))
+    with atomic_output(out) as tmp:
+        writer = ChunkWriter(
+            tmp,
+            n_features=ds.n_features,
+            has_labels=ds.has_labels,
+            has_values=has_values,
+            has_weight=has_weight,
+            row_group_rows=row_group_rows,
+            provenance=provenance,
+        )
+        try:
+            for chunk in ds.iter_chunks():
+                values = chunk.values
+                if has_values and values is None:
+                    values = np.ones(chunk.nnz, np.float32)
+                weight = chunk.weight
+                if has_weight and weight is None:
+                    weight = np.ones(chunk.n_rows, np.float32)
+                labels = chunk.y.astype(np.int8) if ds.has_labels else None
+                writer.append(chunk.indptr, chunk.indices, values, labels, weight)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    nnz = sum(writer.row_group_nnz)
+    return ConvertReport(out, writer.n_rows, nnz, len(writer.row_group_nnz), 0, [])
 
 
 def convert(
@@ -44,7 +102,7 @@ def convert(
     skip_bad_rows: int = 0,
     zero_based: bool | str = "auto",
 ) -> ConvertReport:
-    """Convert a Criteo TSV or svmlight file to snapfit Parquet (see the per-format functions).
+    """Convert Criteo TSV, svmlight or Parquet to snapfit Parquet (see the per-format functions).
 
     ``hash_bits`` and ``skip_bad_rows`` apply to Criteo, ``zero_based`` to svmlight.
     """
@@ -56,4 +114,6 @@ def convert(
         )
     if fmt == "svmlight":
         return convert_svmlight(input, output, zero_based=zero_based, force=force, **extra)
+    if fmt == "parquet":
+        return convert_parquet(input, output, force=force, **extra)
     raise ValueError(f"format is {fmt!r}; choose one of {', '.join(FORMATS)}.")
