@@ -1,0 +1,90 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from snapfit.cli import cli
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli, [str(a) for a in args])
+
+
+def test_make_data_then_info(tmp_path, run):
+    out = tmp_path / "d.parquet"
+    res = run(
+        "make-data",
+        "criteo-like",
+        out,
+        "--rows",
+        5000,
+        "--seed",
+        1,
+        "--hash-bits",
+        16,
+        "--row-group-rows",
+        2000,
+    )
+    assert res.exit_code == 0, res.output
+    assert "5000 rows" in res.output and "3 row groups" in res.output
+    res = run("info", out, "--json")
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert (info["rows"], info["row_groups"], info["n_features"]) == (5000, 3, 1 << 16)
+    assert 0.03 < info["positive_rate"] < 0.25 and info["bytes"] == out.stat().st_size
+    assert info["provenance"]["hash_bits"] == 16
+    res = run("info", out)
+    assert res.exit_code == 0 and "positive rate:" in res.output and "hash_bits:" in res.output
+
+
+def test_convert_tsv_made_by_make_data(tmp_path, run):
+    tsv, out = tmp_path / "d.tsv", tmp_path / "d.parquet"
+    assert run("make-data", "criteo-like", tsv, "--rows", 3000, "--tsv").exit_code == 0
+    res = run("convert", tsv, out, "--hash-bits", 12)
+    assert res.exit_code == 0, res.output
+    assert f"Wrote {out}: 3000 rows" in res.output
+    res = run("convert", tsv, out)
+    assert res.exit_code == 3 and "already exists; pass --force" in res.output
+    assert run("convert", tsv, out, "--force", "--format", "criteo").exit_code == 0
+
+
+def test_convert_svmlight_and_skip_bad_rows(tmp_path, run):
+    svm = tmp_path / "d.svm"
+    svm.write_text("1 1:1\n0 2:3\n")
+    assert run("convert", svm, tmp_path / "s.parquet").exit_code == 0
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text("1" + "\t" * 39 + "\nbroken\n0" + "\t" * 39 + "\n")
+    res = run("convert", tsv, tmp_path / "b.parquet")
+    assert res.exit_code == 3
+    assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
+    assert "bad.tsv, line 2: expected 40 tab-separated fields, found 1" in res.output
+    res = run("convert", tsv, tmp_path / "b.parquet", "--skip-bad-rows", 1)
+    assert res.exit_code == 0 and "Skipped 1 bad rows" in res.output and "line 2" in res.output
+
+
+def test_bad_files_exit_3_with_one_line(tmp_path, run):
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not parquet")
+    for args in (("info", junk), ("convert", junk, tmp_path / "o.parquet")):
+        res = run(*args)
+        assert res.exit_code == 3, res.output
+        assert res.output.startswith("Error: ") and res.output.count("\n") == 1
+        assert "junk.parquet: not a Parquet file or truncated" in res.output
+    assert run("info", tmp_path / "missing.parquet").exit_code == 3
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("convert", "--format", "csv", "a", "b"),
+        ("make-data", "criteo-like", "x.parquet"),  # --rows missing
+        ("make-data", "criteo-like", "x.parquet", "--rows", 0),
+        ("make-data", "other", "x.parquet", "--rows", 5),
+        ("convert", "--hash-bits", 40, "a", "b"),
+        ("info",),
+    ],
+)
+def test_bad_flags_exit_2(run, args):
+    assert run(*args).exit_code == 2
