@@ -22,8 +22,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from snapfit import model as model_io
+from snapfit.data import Dataset, check_two_classes
 from snapfit.data.chunk import Chunk
+from snapfit.data.table import TableDataset
 from snapfit.engine import InMemorySource, Problem, fit
+from snapfit.engine.source import ResidentSource
 from snapfit.solvers import cpu
 
 
@@ -165,8 +168,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     # -- fitting ---------------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None):
-        """Fit on an array / sparse matrix with labels ``y``."""
+        """Fit on an array or sparse matrix with labels ``y``, or on Parquet data with labels
+        inside: a path, directory, glob or list of them, or a ``pyarrow.Table`` in snapfit's
+        format (``label``, ``indices``, optional ``values`` and ``weight``). For Parquet input
+        ``classes_`` is ``[0, 1]`` and per-row weights come from its ``weight`` column."""
         self._validate_params()
+        dataset = _as_dataset(X)
+        if dataset is not None:
+            return self._fit_dataset(dataset, y, sample_weight)
         X, y = validate_data(
             self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
         )
@@ -194,6 +203,23 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         chunks = _csr_chunks(X, y_pm, weight, self.chunk_rows)
         source = InMemorySource(chunks, X.shape[1])
         return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+
+    def _fit_dataset(self, dataset, y, sample_weight):
+        if y is not None or sample_weight is not None:
+            raise ValueError(
+                "Parquet input carries its labels and weights in its 'label' and 'weight' "
+                "columns; call fit(path) without y and sample_weight."
+            )
+        check_two_classes(dataset)
+        n_neg, n_pos = dataset.label_counts()
+        self.classes_ = np.array([0, 1])
+        self.n_features_in_ = dataset.n_features
+        if self.class_weight == "balanced":
+            n = n_neg + n_pos
+            cw = (n / (2.0 * n_neg), n / (2.0 * n_pos))
+        else:
+            cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in (0, 1))
+        return self._fit_source(ResidentSource(dataset), c_neg=self.C * cw[0], c_pos=self.C * cw[1])
 
     def _fit_source(self, source, *, c_neg: float, c_pos: float):
         if self.device == "gpu":
@@ -299,6 +325,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         sk.n_features_in_ = self.n_features_in_
         sk.n_iter_ = self.n_iter_.copy()
         return sk
+
+
+def _as_dataset(X):
+    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
+    if isinstance(X, (str, os.PathLike)) or (
+        isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
+    ):
+        return Dataset(X)
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return None
+    if isinstance(X, pa.Table):
+        return TableDataset(X)
+    return None
 
 
 def _jsonable(params: dict) -> dict:

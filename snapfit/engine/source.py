@@ -66,3 +66,50 @@ class InMemorySource:
     @property
     def io_wait(self) -> float:
         return 0.0
+
+
+def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
+    """One chunk holding all rows of ``chunks`` in order."""
+    if len(chunks) == 1:
+        return chunks[0]
+    nnz = np.cumsum([0] + [c.nnz for c in chunks])
+    indptr = np.concatenate(
+        [np.zeros(1, np.int64)]
+        + [c.indptr[1:] - c.indptr[0] + nnz[i] for i, c in enumerate(chunks)]
+    )
+    has_values = any(c.values is not None for c in chunks)
+    values = (
+        np.concatenate(
+            [c.values if c.values is not None else np.ones(c.nnz, np.float32) for c in chunks]
+        )  # fmt: skip
+        if has_values
+        else None
+    )
+    has_weight = any(c.weight is not None for c in chunks)
+    weight = (
+        np.concatenate(
+            [c.weight if c.weight is not None else np.ones(c.n_rows, np.float32) for c in chunks]
+        )  # fmt: skip
+        if has_weight
+        else None
+    )
+    return Chunk(
+        indptr,
+        np.concatenate([c.indices for c in chunks]),
+        values,
+        np.concatenate([c.y for c in chunks]),
+        weight,
+    )
+
+
+class ResidentSource(InMemorySource):
+    """A whole dataset (Parquet or arrays) read once and kept in memory as ONE chunk.
+
+    One chunk because the visiting order matters: rows shuffled across the whole data set
+    converged in 31 epochs where the same rows visited row group by row group needed 162 (3000
+    Criteo-like rows, 3 row groups). The out-of-core path (``snapfit.stream``) is used instead
+    when the data must not all be resident.
+    """
+
+    def __init__(self, dataset):
+        super().__init__([concat_chunks(list(dataset.iter_chunks()))], dataset.n_features)

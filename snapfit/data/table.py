@@ -1,0 +1,63 @@
+"""A ``pyarrow.Table`` in snapfit's format behind the Dataset interface (one chunk)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from snapfit.data import validate as v
+from snapfit.data.chunk import Chunk
+from snapfit.data.reader import ChunkRef, _check_schema, decode_table
+from snapfit.data.schema import LABEL, decode_metadata
+from snapfit.errors import DataError
+
+TABLE = "<pyarrow.Table>"
+
+
+class TableDataset:
+    """The whole table is one chunk; ``n_features`` from its metadata or its largest index."""
+
+    def __init__(self, table: pa.Table, *, n_features: int | None = None):
+        if table.num_rows == 0:
+            raise DataError(f"{TABLE}: has no rows; the dataset is empty, pass at least one row.")
+        _check_schema(TABLE, table.schema)
+        self.source = TABLE
+        self.has_labels = LABEL in table.column_names
+        meta = decode_metadata(table.schema.metadata)
+        if n_features is None:
+            n_features = meta.get("n_features")
+        where = v.row_group_where(TABLE, 0)
+        if n_features is None:
+            probe = decode_table(table, n_features=2**31 - 1, has_labels=self.has_labels,
+                                 where=where, validate=False)  # fmt: skip
+            n_features = int(probe.indices.max()) + 1 if len(probe.indices) else 1
+        self.n_features = int(n_features)
+        self.metadata = meta
+        self._chunk = decode_table(
+            table, n_features=self.n_features, has_labels=self.has_labels, where=where
+        )
+        self.chunks = [ChunkRef(TABLE, 0, self._chunk.n_rows, self._chunk.nnz)]
+
+    @property
+    def n_rows(self) -> int:
+        return self._chunk.n_rows
+
+    @property
+    def nnz(self) -> int:
+        return self._chunk.nnz
+
+    def read_chunk(self, k: int) -> Chunk:
+        if k != 0:
+            raise IndexError(f"{TABLE} has one chunk; asked for chunk {k}")
+        return self._chunk
+
+    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
+        for k in [0] if ids is None else ids:
+            yield self.read_chunk(k)
+
+    def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
+        if not self.has_labels:
+            return 0, 0
+        n_pos = int((self._chunk.y > 0).sum())
+        return self._chunk.n_rows - n_pos, n_pos
