@@ -264,7 +264,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def _print_epoch(rec) -> None:
         print(
             f"epoch {rec.epoch:4d}  primal {rec.primal:.8g}  rel_gap {rec.rel_gap:.3e}"
-            f"{' (exact)' if rec.exact else ''}  {rec.seconds:.3f}s  {rec.nnz_per_s / 1e6:.1f}M nnz/s",
+            f"{' (exact)' if rec.exact else ''}  {rec.seconds:.3f}s"
+            f"  {rec.nnz_per_s / 1e6:.1f}M nnz/s",
             flush=True,
         )
 
@@ -317,8 +318,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         from sklearn.linear_model import LogisticRegression as SkLR
 
         check_is_fitted(self)
-        sk = SkLR(C=self.C, fit_intercept=self.fit_intercept, solver="liblinear",
-                  intercept_scaling=self.intercept_scaling, class_weight=self.class_weight)  # fmt: skip
+        sk = SkLR(
+            C=self.C,
+            fit_intercept=self.fit_intercept,
+            solver="liblinear",
+            intercept_scaling=self.intercept_scaling,
+            class_weight=self.class_weight,
+        )
         sk.coef_ = self.coef_.copy()
         sk.intercept_ = self.intercept_.copy()
         sk.classes_ = self.classes_.copy()
