@@ -156,17 +156,24 @@ class ChunkWriter:
                 rest.append(_rows(blk, k, rows))
                 got = n
         self._pending, self._pending_rows = rest, self._pending_rows - n
-        self._write_group(take)
+        nnz = sum(int(b[0][-1]) for b in take)
+        if nnz >= 2**31:
+            raise DataError(
+                f"a row group of {n} rows holds {nnz} nnz, more than int32 list offsets "
+                "allow; pass a smaller row_group_rows."
+            )
+        # Assembling and encoding a row group is the slow part (~20 M nnz/s): do it on a
+        # background thread (numpy and pyarrow release the GIL) while the caller makes the next
+        # one. One in flight at a time bounds memory to about two row groups.
+        self._wait()
+        self._inflight = self._pool.submit(self._write_group, take)
+        self.row_group_nnz.append(nnz)
+        self.n_rows += n
 
     def _write_group(self, blocks) -> None:
         sizes = np.cumsum([0] + [int(b[0][-1]) for b in blocks])
         ptr = np.concatenate([[0]] + [b[0][1:] + s for b, s in zip(blocks, sizes, strict=False)])
-        nnz, n_rows = int(ptr[-1]), len(ptr) - 1
-        if nnz >= 2**31:
-            raise DataError(
-                f"a row group of {n_rows} rows holds {nnz} nnz, more than int32 list offsets "
-                "allow; pass a smaller row_group_rows."
-            )
+        n_rows = len(ptr) - 1
         offsets = pa.array(ptr.astype(np.int32))
         cols = []
         for field in self.schema:
@@ -181,13 +188,7 @@ class ChunkWriter:
                 w = np.concatenate([b[4] for b in blocks]).astype(np.float32, copy=False)
                 cols.append(pa.array(w))
         table = pa.Table.from_arrays(cols, schema=self.schema)
-        # Encoding a row group is the slow part (~20 M nnz/s): do it on a background thread
-        # (pyarrow releases the GIL) while the caller makes the next one. One in flight at a
-        # time bounds memory to two row groups.
-        self._wait()
-        self._inflight = self._pool.submit(self._writer.write_table, table, row_group_size=n_rows)
-        self.row_group_nnz.append(nnz)
-        self.n_rows += n_rows
+        self._writer.write_table(table, row_group_size=n_rows)
 
     def close(self, n_features=None) -> None:
         """Flush the last (short) row group and write the footer with the metadata."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -154,6 +156,23 @@ def parse_batch(batch: pa.RecordBatch, labelled: bool):
     return labels, ints, int_present, tokens, cat_present, bad
 
 
+def _features(batch: pa.RecordBatch, labelled: bool, hash_bits: int):
+    """CSR arrays and labels of a batch's good rows, and the number of bad rows dropped."""
+    labels, ints, ip, tokens, cp, bad = parse_batch(batch, labelled)
+    n_bad = int(bad.sum())
+    if n_bad:
+        keep = ~bad
+        labels = None if labels is None else labels[keep]
+        ints, ip, tokens, cp = ints[keep], ip[keep], tokens[keep], cp[keep]
+    return (*rows_to_csr(ints, ip, tokens, cp, hash_bits), labels), n_bad
+
+
+def _write(writer: ChunkWriter, result) -> int:
+    arrays, n_bad = result
+    writer.append(*arrays)
+    return n_bad
+
+
 class _RowCounter:
     """Counts rows pyarrow rejects for their field count (it cannot tell their line number)."""
 
@@ -184,7 +203,7 @@ def convert_criteo(
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     force: bool = False,
     skip_bad_rows: int = 0,
-    block_bytes: int = 1 << 24,
+    block_bytes: int = 1 << 22,
 ) -> ConvertReport:
     """Convert a Criteo TSV file (plain or gzip; labelled or unlabelled) to snapfit Parquet.
 
@@ -238,18 +257,20 @@ def convert_criteo(
             provenance=provenance,
         )
         try:
-            with arrow_stream(path) as stream:
+            with arrow_stream(path) as stream, ThreadPoolExecutor(max_workers=1) as pool:
+                # Features of batch i are made on a worker thread (numpy releases the GIL)
+                # while pyarrow parses batch i+1 here: two cores busy, order kept.
+                pending = deque()
                 for batch in pacsv.open_csv(stream, read, parse, convert):
-                    labels, ints, ip, tokens, cp, bad = parse_batch(batch, labelled)
-                    if bad.any():
-                        n_bad_fields += int(bad.sum())
+                    pending.append(pool.submit(_features, batch, labelled, hash_bits))
+                    if len(pending) >= 2:
+                        n_bad_fields += _write(writer, pending.popleft().result())
                         if n_bad_fields + counter.n > skip_bad_rows:
                             raise _fail(path, labelled, "a field cannot be parsed")
-                        keep = ~bad
-                        labels = None if labels is None else labels[keep]
-                        ints, ip, tokens, cp = ints[keep], ip[keep], tokens[keep], cp[keep]
-                    indptr, indices, values = rows_to_csr(ints, ip, tokens, cp, hash_bits)
-                    writer.append(indptr, indices, values, labels)
+                while pending:
+                    n_bad_fields += _write(writer, pending.popleft().result())
+                    if n_bad_fields + counter.n > skip_bad_rows:
+                        raise _fail(path, labelled, "a field cannot be parsed")
             writer.close()
         except pa.ArrowInvalid as e:
             writer.abort()

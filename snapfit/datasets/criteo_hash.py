@@ -48,9 +48,11 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     return z
 
 
-def cat_index(field: int, tokens: np.ndarray, hash_bits: int) -> np.ndarray:
-    """Feature index (int32) of categorical ``field`` (0..25) holding ``tokens`` (uint32)."""
-    key = (np.uint64(field + 1) << np.uint64(32)) | tokens.astype(np.uint64)
+def cat_index(field, tokens: np.ndarray, hash_bits: int) -> np.ndarray:
+    """Feature index (int32) of categorical ``field`` (0..25, or an array broadcasting against
+    ``tokens``) holding ``tokens`` (uint32)."""
+    field = np.asarray(field, dtype=np.uint64)
+    key = ((field + np.uint64(1)) << np.uint64(32)) | tokens.astype(np.uint64)
     slots = np.uint64((1 << hash_bits) - N_INT)
     return (splitmix64(key) % slots + np.uint64(N_INT)).astype(np.int32)
 
@@ -60,15 +62,22 @@ def int_values(x: np.ndarray) -> np.ndarray:
     return np.log1p(np.maximum(x, 0).astype(np.float64)).astype(np.float32)
 
 
-def parse_hex8(data: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens (uint32) of 8-hex-digit strings starting at ``starts`` in byte buffer ``data``,
-    and a mask of those holding a character that is not a hex digit."""
-    nib = _HEX[data[starts[:, None] + np.arange(8)]]
+def hex8_tokens(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens (uint32) of an (m, 8) uint8 array of hex digits, and a mask of rows holding a
+    character that is not a hex digit."""
+    nib = _HEX[chars]
     bad = (nib == 255).any(axis=1)
-    tok = np.zeros(len(starts), dtype=np.uint32)
-    for k in range(8):
-        tok = (tok << np.uint32(4)) | nib[:, k]
-    return tok, bad
+    packed = (nib[:, 0::2] << np.uint8(4)) | nib[:, 1::2]  # (m, 4) bytes, most significant first
+    return np.ascontiguousarray(packed).view(">u4").ravel().astype(np.uint32), bad
+
+
+def parse_hex8(data: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`hex8_tokens` for 8-digit strings starting at ``starts`` in buffer ``data``."""
+    if len(starts) and starts[-1] - starts[0] == 8 * (len(starts) - 1):
+        chars = data[starts[0] : starts[0] + 8 * len(starts)].reshape(-1, 8)  # contiguous: a view
+    else:
+        chars = data[starts[:, None] + np.arange(8)]
+    return hex8_tokens(chars)
 
 
 def format_hex8(tokens: np.ndarray) -> np.ndarray:
@@ -93,8 +102,7 @@ def rows_to_csr(
     val = np.ones((n, N_FIELDS), dtype=np.float32)
     idx[:, :N_INT] = np.arange(N_INT, dtype=np.int32)
     val[:, :N_INT] = int_values(ints)
-    for c in range(N_CAT):
-        idx[:, N_INT + c] = cat_index(c, tokens[:, c], hash_bits)
+    idx[:, N_INT:] = cat_index(np.arange(N_CAT), tokens, hash_bits)
     present = np.concatenate([int_present, cat_present], axis=1)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(present.sum(axis=1), out=indptr[1:])
