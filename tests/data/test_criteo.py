@@ -2,7 +2,7 @@ import gzip
 
 import numpy as np
 import pytest
-from conftest import leftovers
+from data_helpers import leftovers
 
 from snapfit.data import Dataset
 from snapfit.datasets import (

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
-from conftest import dense_of
+from data_helpers import dense_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from conftest import dense_of, leftovers
+from data_helpers import dense_of, leftovers
 from sklearn.datasets import load_svmlight_file
 
 from snapfit.data import Dataset

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import leftovers
+from data_helpers import leftovers
 
 from snapfit.data import Dataset, write_parquet
 from snapfit.datasets import convert
