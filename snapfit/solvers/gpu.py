@@ -1,0 +1,308 @@
+"""GPU kernels: one pass of dual coordinate descent over one device-resident CSR chunk.
+
+The same passes as ``cpu.py`` (same arguments, same order: ``indptr, indices, values, has_values,
+y, weight, has_weight``, then ``c_pos, c_neg, bias``), on device arrays, in the style of TPA-SCD
+(Parnell et al. 2017, "Large-scale stochastic learning using GPUs"): a *team* of ``team`` threads
+works on one row. The team computes ``w.x_i`` by a tree reduction in shared memory, its lane 0
+runs THE scalar update of ``snapfit.solvers.dual`` (compiled here as CUDA device functions, so
+the math is the CPU's, line for line), and every lane adds its share of ``delta * y_i * x_i``
+into ``w`` with ``cuda.atomic.add``. A block holds ``blockDim.x // team`` teams; the grid walks
+the chunk's rows in the order of the ``rows`` permutation (a device array), so many rows are in
+flight at once and read a ``w`` that other rows are updating: TPA-SCD's asynchronous semantics,
+which converge to the same optimum because each update is applied atomically.
+
+``team`` is a power of two dividing ``blockDim.x`` (<= ``MAX_BLOCK``): 32 is a warp per row,
+``blockDim.x`` a block per row (long rows); ``choose_team`` picks it from the mean row length.
+Reductions use shared memory and ``syncthreads`` rather than warp shuffles so that one code path
+runs both on GPUs and in Numba's CUDA simulator (which has no ``shfl_*_sync``); every thread of a
+block runs the same number of loop iterations, so the barriers are always reached by all.
+
+Launch geometry and streams are the caller's (``snapfit.gpu``); kernels only do arithmetic.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float64
+
+from snapfit.solvers import dual
+
+# Device functions are inlined at Numba-IR level: besides saving the call, this compiles them as
+# part of each kernel, so ``compile_ptx`` for a chosen ``cc`` needs no GPU (a separately compiled
+# device function asks the current device for its compute capability).
+_device = cuda.jit(device=True, inline="always")
+
+# Shared-memory size of the reductions, hence the largest block the kernels accept.
+MAX_BLOCK = 256
+
+_math = dual.compile_with(_device)
+newton_step = _math.newton_step
+unpack_alpha = _math.unpack_alpha
+row_loss = _math.row_loss
+row_dual_entropy = _math.row_dual_entropy
+row_gap = _math.row_gap
+
+
+@_device
+def row_bound(i, y, weight, has_weight, c_pos, c_neg):
+    """``C_i = C * class_weight[y_i] * sample_weight_i`` (as ``cpu.row_bound``)."""
+    c = c_pos if y[i] > 0 else c_neg
+    if has_weight:
+        c *= weight[i]
+    return c
+
+
+@_device
+def team_sum(sh, team, x):
+    """Sum of ``x`` over the calling thread's team, returned to every lane of the team.
+
+    Every thread of the block must call it (it holds ``syncthreads`` barriers); ``sh`` is a
+    shared float64 array of at least ``blockDim.x`` entries. The last barrier keeps the next
+    call's writes from overtaking this call's reads.
+    """
+    tid = cuda.threadIdx.x
+    lane = tid % team
+    sh[tid] = x
+    cuda.syncthreads()
+    off = team // 2
+    while off > 0:
+        if lane < off:
+            sh[tid] += sh[tid + off]
+        cuda.syncthreads()
+        off //= 2
+    total = sh[tid - lane]
+    cuda.syncthreads()
+    return total
+
+
+@_device
+def partial_dot(lo, hi, lane, team, indices, values, has_values, w):
+    """This lane's share of ``sum_k w[indices[k]] * values[k]`` over ``k`` in ``[lo, hi)``."""
+    s = 0.0
+    if has_values:
+        for k in range(lo + lane, hi, team):
+            s += w[indices[k]] * values[k]
+    else:
+        for k in range(lo + lane, hi, team):
+            s += w[indices[k]]
+    return s
+
+
+@_device
+def geometry(n, team):
+    """``(lane, team slot in block, position of this team's first row, stride, iterations)``.
+
+    The iteration count is the same for every thread of the grid, so barriers stay uniform.
+    """
+    tid = cuda.threadIdx.x
+    per_block = cuda.blockDim.x // team
+    slot = tid // team
+    stride = cuda.gridDim.x * per_block
+    first = cuda.blockIdx.x * per_block + slot
+    return tid % team, slot, first, stride, (n + stride - 1) // stride
+
+
+@cuda.jit
+def cd_pass(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma, team, out,
+):  # fmt: skip
+    """One pass of dual CD over ``rows`` of a chunk, updating ``alpha`` and ``w`` in place.
+
+    As ``cpu.cd_pass``; the ``(gap, entropy)`` sums are added into ``out[0]``, ``out[1]`` (zero
+    them first, or accumulate several passes). Rows are visited by teams of ``team`` threads.
+    """
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    steps = cuda.shared.array(MAX_BLOCK, float64)
+    d = w.shape[0] - 1
+    bias2 = bias * bias
+    lane, slot, first, stride, n_iter = geometry(rows.shape[0], team)
+    gap = 0.0
+    ent = 0.0
+    for it in range(n_iter):
+        p = first + it * stride
+        i = 0
+        c = 0.0
+        lo = 0
+        hi = 0
+        if p < rows.shape[0]:
+            i = rows[p]
+            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+            if c > 0.0:
+                lo = indptr[i]
+                hi = indptr[i + 1]
+        x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
+        if lane == 0 and c > 0.0:
+            x += w[d] * bias
+        dot = team_sum(sh, team, x)
+        if lane == 0:
+            step = 0.0
+            if c > 0.0:
+                yi = y[i]
+                b = yi * dot
+                s_old = alpha[i]
+                # Gap term before the update, entropy after it: see cpu.cd_pass.
+                gap += row_gap(b, s_old, c)
+                s_new, delta = newton_step(sigma * (sqnorm[i] + bias2), b, s_old, c)
+                alpha[i] = s_new
+                ent += row_dual_entropy(s_new, c)
+                step = sigma * delta * yi
+                if step != 0.0 and bias != 0.0:
+                    cuda.atomic.add(w, d, step * bias)
+            steps[slot] = step
+        cuda.syncthreads()
+        step = steps[slot]
+        if step != 0.0:
+            if has_values:
+                for k in range(lo + lane, hi, team):
+                    cuda.atomic.add(w, indices[k], step * values[k])
+            else:
+                for k in range(lo + lane, hi, team):
+                    cuda.atomic.add(w, indices[k], step)
+    if lane == 0:
+        cuda.atomic.add(out, 0, gap)
+        cuda.atomic.add(out, 1, ent)
+
+
+@cuda.jit
+def chunk_objective(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, alpha, w, row_lo, row_hi, team, out,
+):  # fmt: skip
+    """Exact ``(loss, entropy, gap)`` sums of rows ``[row_lo, row_hi)`` added into ``out[0:3]``.
+
+    As ``cpu.chunk_objective``, restricted to a row range so that a chunk shared between units
+    is summed once.
+    """
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    d = w.shape[0] - 1
+    lane, slot, first, stride, n_iter = geometry(row_hi - row_lo, team)
+    loss = 0.0
+    ent = 0.0
+    gap = 0.0
+    for it in range(n_iter):
+        p = first + it * stride
+        i = row_lo + p
+        c = 0.0
+        lo = 0
+        hi = 0
+        if i < row_hi:
+            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+            if c > 0.0:
+                lo = indptr[i]
+                hi = indptr[i + 1]
+        x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
+        if lane == 0 and c > 0.0:
+            x += w[d] * bias
+        dot = team_sum(sh, team, x)
+        if lane == 0 and c > 0.0:
+            m = y[i] * dot
+            loss += row_loss(m, c)
+            ent += row_dual_entropy(alpha[i], c)
+            gap += row_gap(m, alpha[i], c)
+    if lane == 0:
+        cuda.atomic.add(out, 0, loss)
+        cuda.atomic.add(out, 1, ent)
+        cuda.atomic.add(out, 2, gap)
+
+
+@cuda.jit
+def decision_function(indptr, indices, values, has_values, coef, intercept, team, out):
+    """``out[i] = coef . x_i + intercept`` for a CSR block on the device (prediction)."""
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    n = indptr.shape[0] - 1
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    for it in range(n_iter):
+        i = first + it * stride
+        lo = 0
+        hi = 0
+        if i < n:
+            lo = indptr[i]
+            hi = indptr[i + 1]
+        s = team_sum(sh, team, partial_dot(lo, hi, lane, team, indices, values, has_values, coef))
+        if lane == 0 and i < n:
+            out[i] = s + intercept
+
+
+@cuda.jit
+def row_sqnorms(indptr, indices, values, has_values, team, out):
+    """Exact ``||x_i||^2`` of each row with duplicated indices summed first (``cpu.row_sqnorms``).
+
+    Without scratch arrays: the lane holding the first occurrence of an index sums the values of
+    all its occurrences in the row, O(nnz_i^2 / team) per row. Rows are short and this runs once
+    per chunk (for chunks that were born on the device; host chunks get theirs on the host).
+    """
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    n = indptr.shape[0] - 1
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    for it in range(n_iter):
+        i = first + it * stride
+        lo = 0
+        hi = 0
+        if i < n:
+            lo = indptr[i]
+            hi = indptr[i + 1]
+        s = 0.0
+        for k in range(lo + lane, hi, team):
+            j = indices[k]
+            seen = False
+            for kk in range(lo, k):
+                if indices[kk] == j:
+                    seen = True
+                    break
+            if not seen:
+                v = values[k] if has_values else 1.0
+                for kk in range(k + 1, hi):
+                    if indices[kk] == j:
+                        v += values[kk] if has_values else 1.0
+                s += v * v
+        s = team_sum(sh, team, s)
+        if lane == 0 and i < n:
+            out[i] = s
+
+
+def choose_team(mean_nnz: float, block: int) -> int:
+    """Threads per row: the power of two nearest above the mean row length, in [4, block].
+
+    A warp (32) suits Criteo-like rows (~39 nnz); longer rows get a whole block, shorter ones
+    share a warp between several rows so fewer lanes idle.
+    """
+    team = 4
+    while team < mean_nnz and team < block:
+        team *= 2
+    return min(team, block)
+
+
+KERNELS = {
+    "cd_pass": cd_pass,
+    "chunk_objective": chunk_objective,
+    "decision_function": decision_function,
+    "row_sqnorms": row_sqnorms,
+}
+
+
+def ptx_signatures():
+    """Argument types each kernel is compiled for (``numba.cuda.compile_ptx``), by name.
+
+    Chunks as ``snapfit.data.chunk.Chunk`` holds them (int64 indptr, int32 indices, float32
+    values / labels / weights, float32 sqnorm) and float64 values for CuPy / scipy input.
+    """
+    from numba import types as t
+
+    f32 = t.float32[::1]
+    f64 = t.float64[::1]
+    i64 = t.int64[::1]
+    i32 = t.int32[::1]
+    sigs = {}
+    for vals in (f32, f64):
+        chunk = (i64, i32, vals, t.boolean, f32, f32, t.boolean)
+        sigs.setdefault("cd_pass", []).append(
+            chunk + (t.float64, t.float64, t.float64, f32, f64, f64, i32, t.float64, t.int64, f64)
+        )
+        sigs.setdefault("chunk_objective", []).append(
+            chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64)
+        )
+        sigs.setdefault("decision_function", []).append(
+            (i64, i32, vals, t.boolean, f64, t.float64, t.int64, f64)
+        )
+        sigs.setdefault("row_sqnorms", []).append((i64, i32, vals, t.boolean, t.int64, f32))
+    return sigs
