@@ -198,11 +198,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if sample_weight is not None:
             weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
             weight = weight.astype(np.float32)
-        cw = compute_class_weight(self.class_weight, classes=classes, y=y)
+        # As scikit-learn (>= 1.6): "balanced" counts each row with its sample weight.
+        cw = compute_class_weight(self.class_weight, classes=classes, y=y, sample_weight=weight)
         X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
         chunks = _csr_chunks(X, y_pm, weight, self.chunk_rows)
         source = InMemorySource(chunks, X.shape[1])
-        return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+        rows_key = _rows_key(y_pm, weight)
+        return self._fit_source(
+            source, c_neg=self.C * cw[0], c_pos=self.C * cw[1], rows_key=rows_key
+        )
 
     def _fit_dataset(self, dataset, y, sample_weight):
         if y is not None or sample_weight is not None:
@@ -221,7 +225,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in (0, 1))
         return self._fit_source(ResidentSource(dataset), c_neg=self.C * cw[0], c_pos=self.C * cw[1])
 
-    def _fit_source(self, source, *, c_neg: float, c_pos: float):
+    def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_key: str | None = None):
         if self.device == "gpu":
             from snapfit.errors import ResourceError
 
@@ -241,11 +245,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             n_jobs=_resolve_n_jobs(self.n_jobs),
             seed=seed,
         )
-        warm = None
-        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] == source.n_features:
-            warm = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+        warm_w, warm_alpha = self._warm_start_point(source, c_pos, c_neg, bias, rows_key)
         callbacks = [self._print_epoch] if self.verbose else []
-        result = fit(source, problem, warm_w=warm, callbacks=callbacks)
+        result = fit(source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks)
+        self._dual = (result.alpha, float(c_pos), float(c_neg), rows_key)
         d = source.n_features
         self.coef_ = result.w[:d].reshape(1, d).copy()
         self.intercept_ = np.array([result.w[d] * bias])
@@ -259,6 +262,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 stacklevel=3,
             )
         return self
+
+    def _warm_start_point(self, source, c_pos, c_neg, bias, rows_key):
+        """The previous fit's dual variables when the rows are the same (labels and weights),
+        scaled into the new bounds; else the dual point paired with the previous ``coef_``."""
+        if not (self.warm_start and hasattr(self, "coef_")):
+            return None, None
+        if self.coef_.shape[1] != source.n_features:
+            return None, None
+        prev = getattr(self, "_dual", None)
+        if prev is not None and rows_key is not None and prev[3] == rows_key:
+            alpha, old_pos, old_neg, _ = prev
+            y_pos = np.concatenate([source.chunks[k].y for k in range(source.n_chunks)]) > 0
+            # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r
+            return None, alpha * np.where(y_pos, c_pos / old_pos, c_neg / old_neg)
+        return np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0], None
 
     @staticmethod
     def _print_epoch(rec) -> None:
@@ -331,6 +349,17 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         sk.n_features_in_ = self.n_features_in_
         sk.n_iter_ = self.n_iter_.copy()
         return sk
+
+
+def _rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
+    """Fingerprint of the rows' labels and weights: a warm start may reuse the previous dual
+    variables only for the same rows in the same order."""
+    import hashlib
+
+    h = hashlib.sha256(np.ascontiguousarray(y_pm).tobytes())
+    if weight is not None:
+        h.update(np.ascontiguousarray(weight).tobytes())
+    return h.hexdigest()
 
 
 def _as_dataset(X):

@@ -31,6 +31,7 @@ class FitResult:
     n_iter: int
     converged: bool
     history: list[EpochRecord] = field(default_factory=list)
+    alpha: np.ndarray | None = None  # packed dual variables of all rows, in chunk order
 
 
 def _chunk_args(chunk):
@@ -129,6 +130,20 @@ class Trainer:
         self._merge(mean=False)
         del self._warm
 
+    def _accumulate_item(self, t: int, item: Item, chunk):
+        p = self.problem
+        alpha = self.state.alpha_of(item.k)
+        cpu.accumulate_w(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
+
+    def warm_start_alpha(self, alpha: np.ndarray) -> None:
+        """Start from given packed dual variables (all rows, chunk order); ``w = w(alpha)``."""
+        self.state.alpha[:] = alpha
+        for v in self.views:
+            v[:] = 0.0
+        order, plan = self._whole_chunks()
+        self._run(order, plan, self._accumulate_item)
+        self._merge(mean=False)
+
     def exact_objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at the current ``w`` and ``alpha`` (one data pass)."""
         order, plan = self._whole_chunks()
@@ -203,16 +218,20 @@ def fit(
     problem: Problem,
     *,
     warm_w: np.ndarray | None = None,
+    warm_alpha: np.ndarray | None = None,
     callbacks: Sequence[Callback] = (),
     trainer: Trainer | None = None,
 ) -> FitResult:
     """Run epochs until the exact relative gap is at most ``problem.tol`` or ``max_iter``.
 
-    ``trainer`` continues an existing run (resume); ``warm_w`` starts from a previous model.
+    ``trainer`` continues an existing run (resume). A warm start comes from a previous fit's
+    dual variables ``warm_alpha`` (best: the dual point itself) or else from its ``warm_w``.
     """
     tr = trainer or Trainer(source, problem)
     try:
-        if warm_w is not None and trainer is None:
+        if warm_alpha is not None and trainer is None:
+            tr.warm_start_alpha(warm_alpha)
+        elif warm_w is not None and trainer is None:
             tr.warm_start(warm_w)
         converged = False
         while tr.epoch < problem.max_iter:
@@ -225,7 +244,13 @@ def fit(
             stop = any(cb(rec) for cb in callbacks)
             if converged or stop:
                 break
-        return FitResult(w=tr.w.copy(), n_iter=tr.epoch, converged=converged, history=tr.history)
+        return FitResult(
+            w=tr.w.copy(),
+            n_iter=tr.epoch,
+            converged=converged,
+            history=tr.history,
+            alpha=np.array(tr.state.alpha),
+        )
     finally:
         if trainer is None:
             tr.close()

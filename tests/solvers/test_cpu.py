@@ -1,0 +1,129 @@
+"""CPU kernels against a slow, obvious NumPy reference fed the kernel's exact row order."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from snapfit.solvers import cpu, dual
+
+E = cpu.EMPTY_F32
+
+
+def reference_pass(X, y, c, bias, alpha, w, rows, sigma):
+    """One dual CD pass in plain Python over rows ``rows`` (what cd_pass must do)."""
+    X = sp.csr_matrix(X)
+    for i in rows:
+        lo, hi = X.indptr[i], X.indptr[i + 1]
+        idx, v = X.indices[lo:hi], X.data[lo:hi].astype(np.float64)
+        xi = np.zeros(len(w) - 1)
+        np.add.at(xi, idx, v)
+        q = sigma * (xi @ xi + bias * bias)
+        b = y[i] * (w[:-1] @ xi + w[-1] * bias)
+        alpha[i], delta = dual.newton_step(q, b, alpha[i], c[i])
+        w[:-1] += sigma * delta * y[i] * xi
+        w[-1] += sigma * delta * y[i] * bias
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(3)
+    X = sp.random(300, 40, density=0.15, random_state=4, format="csr", dtype=np.float32)
+    # duplicated indices inside rows add: make some on purpose
+    X = sp.csr_matrix(
+        (np.r_[X.data, np.ones(50, np.float32)],
+         (np.r_[X.nonzero()[0], rng.integers(0, 300, 50)],
+          np.r_[X.nonzero()[1], rng.integers(0, 40, 50)])), shape=X.shape)  # fmt: skip
+    X.has_canonical_format = False
+    y = np.where(rng.random(300) < 0.4, 1.0, -1.0).astype(np.float32)
+    weight = rng.uniform(0.0, 2.0, 300).astype(np.float32)
+    weight[:10] = 0.0
+    return X, y, weight
+
+
+def chunk_args(X, weight, y):
+    X = sp.csr_matrix(X)
+    return (X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, True, y,
+            E if weight is None else weight, weight is not None)  # fmt: skip
+
+
+def test_row_sqnorms_sum_duplicates_first(problem):
+    X, y, _ = problem
+    csr = sp.csr_matrix(X)
+    out = np.zeros(X.shape[0], dtype=np.float32)
+    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True,
+                    np.zeros(41), np.full(41, -1, np.int64), out)  # fmt: skip
+    canon = csr.copy()
+    canon.sum_duplicates()
+    expected = np.asarray(canon.multiply(canon).sum(axis=1)).ravel()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("sigma", [1.0, 2.0])
+@pytest.mark.parametrize("use_weight", [False, True])
+def test_cd_pass_matches_reference(problem, sigma, use_weight):
+    X, y, weight = problem
+    wt = weight if use_weight else None
+    c_pos, c_neg, bias = 2.0, 0.5, 1.5
+    c = np.where(y > 0, c_pos, c_neg) * (weight if use_weight else 1.0)
+    csr = sp.csr_matrix(X)
+    sq = np.zeros(X.shape[0], dtype=np.float32)
+    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True,
+                    np.zeros(41), np.full(41, -1, np.int64), sq)  # fmt: skip
+    alpha, w = np.zeros(300), np.zeros(41)
+    ref_alpha, ref_w = np.zeros(300), np.zeros(41)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        rows = rng.permutation(300)
+        cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, sigma)
+        reference_pass(X, y, c, bias, ref_alpha, ref_w, rows, sigma)
+    np.testing.assert_allclose(alpha, ref_alpha, rtol=1e-5, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-5, atol=1e-9)
+    assert np.all(alpha[c == 0] == 0.0)
+
+
+def test_objective_and_w_of_alpha_agree_with_numpy(problem):
+    X, y, weight = problem
+    c_pos, c_neg, bias = 1.0, 3.0, 1.0
+    c = np.where(y > 0, c_pos, c_neg) * weight
+    rng = np.random.default_rng(1)
+    frac = rng.uniform(0.01, 0.99, 300)
+    alpha = np.where(frac <= 0.5, frac * c, -(1 - frac) * c)
+    alpha[c == 0] = 0.0
+    w = np.zeros(41)
+    cpu.accumulate_w(*chunk_args(X, weight, y), c_pos, c_neg, bias, alpha, w)
+    a = frac * c
+    Xd = sp.csr_matrix(X).toarray().astype(np.float64)
+    np.testing.assert_allclose(w[:-1], Xd.T @ (a * y), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(w[-1], bias * np.sum(a * y), rtol=1e-9)
+    loss, ent, gap = cpu.chunk_objective(*chunk_args(X, weight, y), c_pos, c_neg, bias, alpha, w)
+    m = y * (Xd @ w[:-1] + bias * w[-1])
+    ok = c > 0
+    np.testing.assert_allclose(loss, np.sum(c * np.logaddexp(0, -m)), rtol=1e-9)
+    e = np.where(
+        ok, a * np.log(np.where(ok, frac, 1)) + (c - a) * np.log(np.where(ok, 1 - frac, 1)), 0
+    )
+    np.testing.assert_allclose(ent, e.sum(), rtol=1e-6)
+    # the sum of per-row gaps is P - D when w = w(alpha)
+    np.testing.assert_allclose(gap, w @ w + loss + ent, rtol=1e-6)
+
+
+def test_alpha_from_margins_inverts_the_optimality_condition(problem):
+    X, y, weight = problem
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=41)
+    alpha = np.zeros(300)
+    cpu.alpha_from_margins(*chunk_args(X, weight, y), 1.0, 1.0, 1.0, w, alpha)
+    Xd = sp.csr_matrix(X).toarray()
+    m = y * (Xd @ w[:-1] + w[-1])
+    c = weight.astype(np.float64)
+    a = np.array([dual.unpack_alpha(s, ci)[0] for s, ci in zip(alpha, c, strict=True)])
+    np.testing.assert_allclose(a, c / (1 + np.exp(m)), rtol=1e-5)
+
+
+def test_decision_function_matches_scipy(problem):
+    X, _, _ = problem
+    csr = sp.csr_matrix(X)
+    coef = np.linspace(-1, 1, 40)
+    out = np.empty(300)
+    cpu.decision_function(csr.indptr.astype(np.int64), csr.indices, csr.data, True, coef, 0.25, out)
+    np.testing.assert_allclose(out, csr @ coef + 0.25, rtol=1e-6)

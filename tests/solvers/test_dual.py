@@ -1,0 +1,70 @@
+"""Properties of the scalar dual math (snapfit/solvers/dual.py), run as plain Python."""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapfit.solvers import dual
+
+bounds = st.floats(1e-6, 1e6)
+margins = st.floats(-50, 50)
+
+
+def packed(frac, c):
+    a = frac * c
+    return dual.pack_alpha(a, c - a)
+
+
+@given(m=margins, frac=st.floats(1e-9, 1 - 1e-9), c=bounds)
+def test_row_gap_is_nonnegative(m, frac, c):
+    assert dual.row_gap(m, packed(frac, c), c) >= -1e-9 * c * (1 + abs(m))
+
+
+@given(m=margins, c=bounds)
+def test_row_gap_vanishes_at_the_paired_alpha(m, c):
+    # a = c * sigmoid(-m) and c - a = c * sigmoid(m), each formed without cancellation.
+    a = c / (1 + math.exp(m))
+    ca = c / (1 + math.exp(-m))
+    g = dual.row_gap(m, dual.pack_alpha(a, ca), c)
+    assert abs(g) <= 1e-9 * c * (1 + abs(m))
+
+
+@settings(max_examples=300)
+@given(
+    q=st.floats(1e-3, 1e4),
+    b=st.floats(-100, 100),
+    start=st.one_of(st.just(0.0), st.floats(1e-12, 1 - 1e-12)),
+    c=bounds,
+)
+def test_newton_step_stays_strictly_inside_and_solves_the_subproblem(q, b, start, c):
+    s = packed(start, c) if start else 0.0
+    a0, _ = dual.unpack_alpha(s, c)
+    s_new, delta = dual.newton_step(q, b, s, c)
+    a, ca = dual.unpack_alpha(s_new, c)
+    # Strictly inside: both sides positive (the smaller one is stored exactly, so it cannot
+    # round to 0 even when c - a rounds to c).
+    assert a > 0.0 and ca > 0.0
+    assert math.isclose(a + ca, c, rel_tol=1e-15)
+    assert math.isclose(a - a0, delta, rel_tol=1e-9, abs_tol=1e-12 * c)
+    # Optimality of the 1-d subproblem: q (a - a0) + b + log(a / (c - a)) = 0.
+    grad = q * delta + b + math.log(a / ca)
+    assert abs(grad) <= 1e-6 * (1 + abs(b) + q * c)
+
+
+@given(frac=st.floats(1e-300, 1.0), c=bounds)
+def test_packing_keeps_both_sides_exact(frac, c):
+    a = min(frac, 0.5) * c
+    got_a, got_ca = dual.unpack_alpha(dual.pack_alpha(a, c - a), c)
+    assert got_a == a
+    assert math.isclose(got_ca, c - a, rel_tol=1e-15)
+
+
+def test_zero_weight_rows_never_move():
+    assert dual.newton_step(3.0, -2.0, 0.0, 0.0) == (0.0, 0.0)
+    assert dual.row_gap(1.0, 0.0, 0.0) == 0.0
+
+
+def test_unstarted_row_has_zero_entropy_and_plain_loss_gap():
+    assert dual.row_dual_entropy(0.0, 2.0) == 0.0
+    assert math.isclose(dual.row_gap(0.3, 0.0, 2.0), 2.0 * math.log1p(math.exp(-0.3)))
