@@ -66,7 +66,11 @@ class Trainer:
         self.source = source
         self.problem = problem
         self.k = max(1, int(problem.n_jobs))
-        self.sigma = float(self.k)
+        # sigma' counts every unit that updates w this epoch: these threads, or more when other
+        # processes (Dask workers) update the same w in the same round.
+        self.sigma = float(problem.sigma or self.k)
+        if self.sigma < self.k:
+            raise ValueError(f"sigma'={self.sigma} is below the number of local units {self.k}")
         d = source.n_features
         self.state = state or DualState([source.chunk_rows(k) for k in range(source.n_chunks)])
         self.w = np.zeros(d + 1)
@@ -155,11 +159,25 @@ class Trainer:
         dual = -0.5 * wsq - ent
         return primal, dual, primal - dual
 
-    def _merge(self, *, mean: bool) -> None:
+    def _merge(self, *, mean: bool, w0: np.ndarray | None = None) -> None:
+        """Combine the views into ``w`` (view 0 is ``w`` itself).
+
+        ``mean``: CoCoA+ with ``sigma' = K``: ``w0 + sum_t (v_t - w0) / K`` is the mean of the
+        views. With a larger sigma' (other processes' units too) the views' offsets from the
+        epoch's start ``w0`` are scaled by ``1/sigma'`` instead. Otherwise the views are summed
+        (each holds a part of ``w(alpha)``).
+        """
         for v in self.views[1:]:
             self.w += v
-        if mean and self.k > 1:
-            self.w /= self.k
+        if not mean:
+            return
+        if w0 is None:
+            if self.k > 1:
+                self.w /= self.k
+        else:
+            self.w -= self.k * w0
+            self.w /= self.sigma
+            self.w += w0
 
     def run_epoch(self) -> EpochRecord:
         p = self.problem
@@ -167,10 +185,11 @@ class Trainer:
         order, plan = plan_epoch(self.nnz, self.k, rng)
         for v in self.views[1:]:
             v[:] = self.w
+        w0 = self.w.copy() if self.sigma != self.k else None
         io0 = self.source.io_wait
         t0 = time.perf_counter()
         results = self._run(order, plan, self._pass_item)
-        self._merge(mean=True)
+        self._merge(mean=True, w0=w0)
         seconds = time.perf_counter() - t0
         self.chunk_gaps[:] = 0.0
         ent = 0.0

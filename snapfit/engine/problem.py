@@ -27,6 +27,9 @@ class Problem:
     # faster still but converge slower: on a coupled 5000-row set, buckets of 8 kept the epoch
     # count of a full shuffle while buckets of 40 and more needed many times more epochs.
     bucket_rows: int = 8
+    # CoCoA+ sigma': the number of units updating w in one round. None means n_jobs (this
+    # process alone); a Dask driver sets the total over all workers.
+    sigma: float | None = None
 
 
 @dataclass
