@@ -200,6 +200,8 @@ def _record(rec) -> dict:
 def _current_w(rec, extra):
     """The model's weights at this epoch if the estimator's hook hands them over."""
     for obj in (rec, *extra):
+        if hasattr(obj, "ndim") and hasattr(obj, "dtype"):
+            return obj
         for name in ("w", "coef_"):
             w = getattr(obj, name, None)
             if w is not None:
