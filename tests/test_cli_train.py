@@ -266,3 +266,12 @@ def test_help_lists_the_commands(run):
     res = run("--help")
     for name in ("train", "predict", "evaluate", "report"):
         assert name in res.output
+
+
+def test_checkpoint_dir_fails_clearly_until_the_estimator_has_it(files, tmp_path, run):
+    if "checkpoint_dir" in snapfit.LogisticRegression().get_params():
+        pytest.skip("the estimator saves checkpoints: covered by the estimator's tests")
+    out = tmp_path / "m.npz"
+    res = run("train", files["train"], "--out", out, "--checkpoint-dir", tmp_path / "ck")
+    assert res.exit_code == 2 and "not available yet" in res.output
+    assert not out.exists()
