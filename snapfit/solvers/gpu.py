@@ -17,6 +17,9 @@ Reductions use shared memory and ``syncthreads`` rather than warp shuffles so th
 runs both on GPUs and in Numba's CUDA simulator (which has no ``shfl_*_sync``); every thread of a
 block runs the same number of loop iterations, so the barriers are always reached by all.
 
+Every float32 input is widened with ``float()`` before arithmetic: compiled code does that
+anyway, but the simulator runs NumPy scalars, where ``float32 * python float`` stays float32.
+
 Launch geometry and streams are the caller's (``snapfit.gpu``); kernels only do arithmetic.
 """
 
@@ -47,7 +50,7 @@ def row_bound(i, y, weight, has_weight, c_pos, c_neg):
     """``C_i = C * class_weight[y_i] * sample_weight_i`` (as ``cpu.row_bound``)."""
     c = c_pos if y[i] > 0 else c_neg
     if has_weight:
-        c *= weight[i]
+        c *= float(weight[i])
     return c
 
 
@@ -80,7 +83,7 @@ def partial_dot(lo, hi, lane, team, indices, values, has_values, w):
     s = 0.0
     if has_values:
         for k in range(lo + lane, hi, team):
-            s += w[indices[k]] * values[k]
+            s += w[indices[k]] * float(values[k])
     else:
         for k in range(lo + lane, hi, team):
             s += w[indices[k]]
@@ -137,12 +140,12 @@ def cd_pass(
         if lane == 0:
             step = 0.0
             if c > 0.0:
-                yi = y[i]
+                yi = float(y[i])
                 b = yi * dot
                 s_old = alpha[i]
                 # Gap term before the update, entropy after it: see cpu.cd_pass.
                 gap += row_gap(b, s_old, c)
-                s_new, delta = newton_step(sigma * (sqnorm[i] + bias2), b, s_old, c)
+                s_new, delta = newton_step(sigma * (float(sqnorm[i]) + bias2), b, s_old, c)
                 alpha[i] = s_new
                 ent += row_dual_entropy(s_new, c)
                 step = sigma * delta * yi
@@ -154,10 +157,13 @@ def cd_pass(
         if step != 0.0:
             if has_values:
                 for k in range(lo + lane, hi, team):
-                    cuda.atomic.add(w, indices[k], step * values[k])
+                    cuda.atomic.add(w, indices[k], step * float(values[k]))
             else:
                 for k in range(lo + lane, hi, team):
                     cuda.atomic.add(w, indices[k], step)
+        # The block's next rows read w after this row's updates (rows of other blocks stay
+        # asynchronous, as in TPA-SCD); with one row per block the pass is the CPU's, exactly.
+        cuda.syncthreads()
     if lane == 0:
         cuda.atomic.add(out, 0, gap)
         cuda.atomic.add(out, 1, ent)
@@ -195,7 +201,7 @@ def chunk_objective(
             x += w[d] * bias
         dot = team_sum(sh, team, x)
         if lane == 0 and c > 0.0:
-            m = y[i] * dot
+            m = float(y[i]) * dot
             loss += row_loss(m, c)
             ent += row_dual_entropy(alpha[i], c)
             gap += row_gap(m, alpha[i], c)
@@ -250,10 +256,10 @@ def row_sqnorms(indptr, indices, values, has_values, team, out):
                     seen = True
                     break
             if not seen:
-                v = values[k] if has_values else 1.0
+                v = float(values[k]) if has_values else 1.0
                 for kk in range(k + 1, hi):
                     if indices[kk] == j:
-                        v += values[kk] if has_values else 1.0
+                        v += float(values[kk]) if has_values else 1.0
                 s += v * v
         s = team_sum(sh, team, s)
         if lane == 0 and i < n:

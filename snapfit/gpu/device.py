@@ -1,0 +1,64 @@
+"""Which device a fit runs on: ``available()`` and ``resolve_device()``.
+
+A GPU counts when numba-cuda is importable and finds a CUDA driver and device. Numba's CUDA
+simulator (``NUMBA_ENABLE_CUDASIM=1``) also counts for an explicit ``device="gpu"`` (that is how
+CI runs the GPU code without a GPU), but never for ``device="auto"``: the simulator runs kernels
+in Python threads, far slower than the CPU solver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from snapfit.errors import ResourceError
+
+log = logging.getLogger("snapfit")
+
+
+def simulated() -> bool:
+    """True when Numba's CUDA simulator is enabled (it is chosen when numba.cuda is imported)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _probe() -> tuple[bool, str]:
+    """``(usable, reason)``; never raises."""
+    try:
+        from numba import cuda
+    except ImportError as e:  # pragma: no cover - numba-cuda is installed wherever tests run
+        return False, f"numba-cuda is not installed ({e}); pip install 'snapfit[gpu]'"
+    try:
+        if cuda.is_available():
+            return True, "simulator" if simulated() else "cuda"
+    except Exception as e:  # pragma: no cover - is_available() catches driver errors itself
+        return False, f"the CUDA driver failed to initialize ({e})"
+    return False, "no CUDA driver or device was found"
+
+
+def available() -> bool:
+    """Whether ``device="gpu"`` can run here (a CUDA device, or the CUDA simulator)."""
+    return _probe()[0]
+
+
+def resolve_device(device: str) -> str:
+    """Map the estimator's ``device`` to ``"cpu"`` or ``"gpu"``.
+
+    ``"gpu"`` without a usable GPU raises ``ResourceError``; ``"auto"`` picks a real GPU when
+    there is one and otherwise the CPU, saying so in one log line on the ``snapfit`` logger.
+    """
+    if device == "cpu":
+        return "cpu"
+    if device not in ("gpu", "auto"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu'; got {device!r}.")
+    ok, reason = _probe()
+    if device == "gpu":
+        if not ok:
+            raise ResourceError(
+                f"device='gpu' was requested but snapfit found no usable GPU: {reason}. "
+                "Use device='cpu', or device='auto' to fall back to the CPU."
+            )
+        return "gpu"
+    if ok and reason == "cuda":
+        return "gpu"
+    log.info("device='auto': training on the CPU (%s)", reason)
+    return "cpu"

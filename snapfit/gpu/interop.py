@@ -1,0 +1,126 @@
+"""Device arrays from other libraries, zero-copy: anything exposing ``__cuda_array_interface__``.
+
+CuPy arrays, ``cupyx.scipy.sparse.csr_matrix`` (its ``data``, ``indices`` and ``indptr`` expose
+the interface), PyTorch CUDA tensors and Numba device arrays are all wrapped with
+``numba.cuda.as_cuda_array``, which shares their memory. Detection is by duck typing, so CuPy
+need not be installed for snapfit to accept its arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from snapfit.gpu.stream import DeviceChunk
+from snapfit.solvers import gpu as kernels
+
+
+def is_cuda_array(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def is_cuda_csr(x) -> bool:
+    """A CSR matrix whose three arrays live on the device (e.g. ``cupyx.scipy.sparse``)."""
+    return (
+        getattr(x, "format", None) == "csr"
+        and all(is_cuda_array(getattr(x, a, None)) for a in ("data", "indices", "indptr"))
+        and len(getattr(x, "shape", ())) == 2
+    )
+
+
+def is_device_input(x) -> bool:
+    return is_cuda_csr(x) or is_cuda_array(x)
+
+
+def device_csr(X) -> tuple[tuple, tuple[int, int]]:
+    """``((indptr, indices, values), shape)`` of ``X`` as Numba device arrays sharing memory.
+
+    A dense 2-D device array becomes CSR with every entry stored: its values are a zero-copy
+    view; the row pointers and column indices are generated (8 bytes/row + 4 bytes/entry).
+    """
+    if is_cuda_csr(X):
+        arrays = tuple(cuda.as_cuda_array(getattr(X, a)) for a in ("indptr", "indices", "data"))
+        return arrays, (int(X.shape[0]), int(X.shape[1]))
+    if is_cuda_array(X):
+        a = cuda.as_cuda_array(X)
+        if a.ndim != 2 or not a.is_c_contiguous():
+            raise ValueError(
+                f"a dense device array must be 2-D and C-contiguous; got shape {a.shape}. "
+                "Pass a CSR matrix (cupyx.scipy.sparse.csr_matrix) or a contiguous copy."
+            )
+        n, d = a.shape
+        indptr = cuda.to_device(np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1])
+        indices = cuda.to_device(np.tile(np.arange(d, dtype=np.int32), n))
+        return (indptr, indices, a.reshape(n * d)), (n, d)
+    raise TypeError(
+        f"expected an object with __cuda_array_interface__ or a device CSR matrix; got "
+        f"{type(X).__name__}."
+    )
+
+
+def device_chunk(X, y_pm: np.ndarray, weight: np.ndarray | None, *, block: int = 128):
+    """A ``DeviceChunk`` over ``X`` (zero-copy) with labels ``y_pm`` in {-1, +1} (float32) and
+    optional per-row weights uploaded, and its exact row norms computed on the device."""
+    (indptr, indices, values), (n, d) = device_csr(X)
+    sq = cuda.device_array(n, dtype=np.float32)
+    team = kernels.choose_team(indices.shape[0] / max(n, 1), block)
+    grid = max(1, min(1024, -(-n // (block // team))))
+    kernels.row_sqnorms[grid, block](indptr, indices, values, True, team, sq)
+    chunk = DeviceChunk(
+        indptr,
+        indices,
+        values,
+        cuda.to_device(np.asarray(y_pm, dtype=np.float32)),
+        None if weight is None else cuda.to_device(np.asarray(weight, dtype=np.float32)),
+        sq,
+        cuda.to_device(np.zeros(n)),
+        cuda.device_array(n, dtype=np.int32),
+        n,
+        int(indices.shape[0]),
+    )
+    return chunk, d
+
+
+class DeviceSource:
+    """A ``ChunkSource`` of chunks already on the device (GPU units only; never released)."""
+
+    def __init__(self, chunks, n_features: int):
+        self.chunks = list(chunks)
+        self.n_features = int(n_features)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunks)
+
+    def chunk_rows(self, k: int) -> int:
+        return self.chunks[k].n_rows
+
+    def chunk_nnz(self, k: int) -> int:
+        return self.chunks[k].nnz
+
+    def epoch(self, order):
+        for k in order:
+            yield k, self.chunks[k]
+
+    def update_gaps(self, gaps) -> None:
+        pass
+
+    @property
+    def io_wait(self) -> float:
+        return 0.0
+
+
+def decision_function(X, coef: np.ndarray, intercept: float, *, block: int = 128, to_host=True):
+    """``X @ coef + intercept`` for device input ``X``; a NumPy array, or with ``to_host=False``
+    a device array (which CuPy wraps zero-copy with ``cupy.asarray``)."""
+    (indptr, indices, values), (n, d) = device_csr(X)
+    if d != len(coef):
+        raise ValueError(f"X has {d} features, but the model was fitted with {len(coef)}.")
+    out = cuda.device_array(n, dtype=np.float64)
+    team = kernels.choose_team(indices.shape[0] / max(n, 1), block)
+    grid = max(1, min(1024, -(-n // (block // team))))
+    kernels.decision_function[grid, block](
+        indptr, indices, values, True, cuda.to_device(np.ascontiguousarray(coef, np.float64)),
+        float(intercept), team, out,
+    )  # fmt: skip
+    return out.copy_to_host() if to_host else out

@@ -1,0 +1,152 @@
+"""Chunks on the device: resident chunks, streaming slots with pinned staging, DuHL residency.
+
+A GPU keeps as many chunks resident as its memory budget allows, preferring the chunks with the
+largest duality gap (DuHL: Duenner et al. 2017, "Efficient use of limited-memory accelerators
+for linear learning on heterogeneous systems"); the others are streamed through ``n_slots``
+(>= 2) slots. Each slot owns pinned host staging buffers and device buffers. The host fills a
+slot's pinned buffers (a memcpy), the *copy* stream moves them to the device and records the
+slot's ``copied`` event, the *compute* stream waits for that event, runs the kernel, copies the
+updated ``alpha`` back into the slot's pinned buffer and records ``done``. With two slots the copy
+of chunk i+1 runs while chunk i computes; a slot is refilled only after its ``done`` event, at
+which point its returned ``alpha`` is written back into the host state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import cuda
+
+from snapfit.errors import ResourceError
+
+_EMPTY = {np.dtype(np.float32): None, np.dtype(np.float64): None}
+
+
+def _empty(dtype) -> object:
+    """A zero-length device array standing for an absent ``values`` / ``weight``."""
+    dtype = np.dtype(dtype)
+    if _EMPTY.get(dtype) is None:
+        _EMPTY[dtype] = cuda.device_array(0, dtype=dtype)
+    return _EMPTY[dtype]
+
+
+def chunk_device_bytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:
+    """Device bytes of a chunk with its per-row state (sqnorm 4, alpha 8, order 4 bytes/row)."""
+    return 8 * (n_rows + 1) + nnz * (4 + 4 * has_values) + n_rows * (4 + 4 * has_weight + 16)
+
+
+@dataclass
+class DeviceChunk:
+    """A chunk's arrays on the device, plus its rows' ``sqnorm``, packed ``alpha`` and a buffer
+    for the visiting order. Arrays may be longer than the chunk (streaming slots are sized for
+    the largest chunk); ``args()`` gives the kernels views of the exact length."""
+
+    indptr: object
+    indices: object
+    values: object | None
+    y: object
+    weight: object | None
+    sqnorm: object
+    alpha: object
+    rows: object
+    n_rows: int = 0
+    nnz: int = 0
+
+    def args(self) -> tuple:
+        n, m = self.n_rows, self.nnz
+        has_v = self.values is not None
+        has_w = self.weight is not None
+        return (
+            self.indptr[: n + 1],
+            self.indices[:m] if m else self.indices,
+            self.values[:m] if has_v and m else (self.values if has_v else _empty(np.float32)),
+            has_v,
+            self.y[:n],
+            self.weight[:n] if has_w else _empty(np.float32),
+            has_w,
+        )
+
+    @classmethod
+    def allocate(cls, n_rows: int, nnz: int, dtypes: dict) -> DeviceChunk:
+        def arr(n, key):
+            return cuda.device_array(max(n, 1), dtype=dtypes[key])
+
+        return cls(
+            arr(n_rows + 1, "indptr"),
+            arr(nnz, "indices"),
+            arr(nnz, "values") if dtypes.get("values") is not None else None,
+            arr(n_rows, "y"),
+            arr(n_rows, "weight") if dtypes.get("weight") is not None else None,
+            arr(n_rows, "sqnorm"),
+            arr(n_rows, "alpha"),
+            arr(n_rows, "rows"),
+            n_rows,
+            nnz,
+        )
+
+    def fits(self, n_rows: int, nnz: int, dtypes: dict) -> bool:
+        def same(a, key):
+            want = dtypes.get(key)
+            return (a is None) == (want is None) and (a is None or a.dtype == want)
+
+        return (
+            self.y.shape[0] >= n_rows
+            and self.indices.shape[0] >= nnz
+            and all(same(getattr(self, k), k) for k in ("values", "weight", "indptr", "indices"))
+        )
+
+
+def host_dtypes(chunk) -> dict:
+    return {
+        "indptr": chunk.indptr.dtype,
+        "indices": chunk.indices.dtype,
+        "values": None if chunk.values is None else chunk.values.dtype,
+        "y": chunk.y.dtype,
+        "weight": None if chunk.weight is None else chunk.weight.dtype,
+        "sqnorm": np.dtype(np.float32),
+        "alpha": np.dtype(np.float64),
+        "rows": np.dtype(np.int32),
+    }
+
+
+@dataclass
+class Slot:
+    """One streaming slot: pinned staging buffers, device buffers and the two events."""
+
+    pinned: dict = field(default_factory=dict)
+    device: DeviceChunk | None = None
+    copied: object = None
+    done: object = None
+    # (host alpha view, number of rows, offset in the pinned alpha) still to be written back.
+    writeback: tuple | None = None
+
+    def staging(self, key: str, n: int, dtype) -> np.ndarray:
+        """A pinned buffer of at least ``n`` entries of ``dtype`` (grown on demand)."""
+        buf = self.pinned.get(key)
+        if buf is None or buf.shape[0] < n or buf.dtype != dtype:
+            buf = cuda.pinned_array(max(n, 1), dtype=dtype)
+            self.pinned[key] = buf
+        return buf[:n]
+
+
+def choose_residents(gaps, nbytes, budget: int) -> set[int]:
+    """DuHL's choice: chunks by decreasing gap, each kept if it still fits ``budget`` bytes."""
+    keep: set[int] = set()
+    used = 0
+    for k in np.argsort(-np.asarray(gaps, dtype=np.float64), kind="stable"):
+        if used + nbytes[k] <= budget:
+            keep.add(int(k))
+            used += nbytes[k]
+    return keep
+
+
+def check_budget(budget: float, fixed: int, largest: int, n_slots: int) -> None:
+    """Raise ``ResourceError`` when ``budget`` cannot hold ``w`` views and the streaming slots."""
+    need = fixed + n_slots * largest
+    if budget < need:
+        raise ResourceError(
+            f"gpu_memory_budget={int(budget)} bytes cannot hold the model ({fixed} bytes) and "
+            f"{n_slots} streaming slots for the largest chunk ({largest} bytes each): at least "
+            f"{need} bytes are needed. Raise the budget or use smaller chunks (chunk_rows)."
+        )

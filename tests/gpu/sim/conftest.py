@@ -1,0 +1,62 @@
+"""Tiny problems for the simulated GPU (every CUDA thread is a Python thread here)."""
+
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from snapfit.data.chunk import Chunk
+from snapfit.engine import InMemorySource, Problem, fit
+
+# The simulator's barriers hand the GIL between threads; the default 5 ms switch interval made
+# every syncthreads() wait for it (a pass ran ~7x slower).
+sys.setswitchinterval(1e-4)
+
+# Launch geometry the simulator can afford: 16 threads, 2 per row, 8 rows in flight.
+SIM_GPU = {"block": 16, "team": 2, "max_blocks": 1}
+
+
+def make_problem_data(n=64, d=12, *, weights=False, ones=False, seed=1):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.3, random_state=seed, format="csr", dtype=np.float32)
+    if ones:
+        X.data[:] = 1.0
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(np.float32)
+    w = rng.uniform(0.0, 2.0, n).astype(np.float32) if weights else None
+    if w is not None:
+        w[3] = 0.0  # a zero-weight row never moves
+    return X, y, w
+
+
+def split_chunks(X, y, weight, step, *, ones=False):
+    indptr = X.indptr.astype(np.int64)
+    indices = X.indices.astype(np.int32)
+    out = []
+    for lo in range(0, X.shape[0], step):
+        hi = min(X.shape[0], lo + step)
+        a, b = indptr[lo], indptr[hi]
+        out.append(
+            Chunk(
+                indptr[lo : hi + 1] - a,
+                indices[a:b],
+                None if ones else X.data[a:b],
+                y[lo:hi],
+                None if weight is None else weight[lo:hi],
+            )
+        )
+    return out
+
+
+def cpu_reference(chunks, problem):
+    return fit(InMemorySource(chunks, problem.n_features), problem)
+
+
+@pytest.fixture(scope="session")
+def small():
+    """64 rows x 12 features, its tight-tolerance problem and the CPU solver's optimum."""
+    X, y, w = make_problem_data()
+    problem = Problem(n_features=12, tol=1e-10, max_iter=300, n_jobs=1, seed=3)
+    ref = cpu_reference(split_chunks(X, y, w, 64), problem)
+    assert ref.converged
+    return X, y, w, problem, ref
