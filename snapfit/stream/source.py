@@ -1,0 +1,329 @@
+"""``StreamSource``: the out-of-core ``ChunkSource`` with a memory budget and DuHL residency.
+
+Life of a fit:
+
+1. ``__init__`` cuts row groups into pieces, checks the budget and runs the first pass: reader
+   threads decode every row group once into the raw piece cache (``snapfit.stream.cache``).
+2. Every epoch the pieces are dealt into ``n_chunks`` new chunks (seeded by the epoch's chunk
+   order, itself derived from ``(seed, epoch)``: so a resumed run deals the same way). The
+   engine asks for chunks in its shuffled order; the prefetch thread assembles each chunk in a
+   reusable pool buffer (resident pieces by memcpy, the others by ``preadv`` from the cache),
+   together with its rows' norms and dual variables, while the solver threads work on earlier
+   chunks. When the engine calls ``release(k)`` the dual variables go back to the ``DualState``
+   and the buffer returns to the pool.
+3. After each epoch the engine reports per-chunk duality gaps (``update_gaps``); pieces with the
+   largest gap per byte that fit the resident share of the budget are kept in memory for the
+   next epoch (DuHL, Duenner et al. 2017): the rows still far from optimal are the ones worth
+   keeping close. Residency changes where bytes come from, never the arithmetic.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from snapfit.data.chunk import Chunk
+from snapfit.engine.state import DualState, _drop_pages
+from snapfit.errors import ResourceError
+from snapfit.stream.budget import BudgetPlan, _align, chunk_nbytes, plan_budget, temp_dir
+from snapfit.stream.cache import PieceCache, _file_flags, make_pieces
+from snapfit.stream.prefetch import BufferPool, Prefetcher
+
+DEFAULT_CHUNK_ROWS = 1 << 16
+DEFAULT_PIECE_ROWS = 1 << 12
+
+
+@dataclass
+class Live:
+    """A chunk in a buffer: its CSR arrays, its rows' norms and dual variables, its pieces."""
+
+    chunk: Chunk
+    sqnorm: np.ndarray
+    alpha: np.ndarray
+    pieces: np.ndarray
+
+
+class StreamSource:
+    """Chunks of a Parquet ``Dataset`` streamed under ``budget`` bytes.
+
+    Parameters
+    ----------
+    dataset : snapfit.data.Dataset
+    budget : int
+        Bytes; see :mod:`snapfit.stream.budget` for what is charged.
+    n_jobs : int
+        Solver threads (their ``w`` views are charged to the budget).
+    chunk_rows : int
+        Target rows per chunk. Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
+    piece_rows : int
+        Rows per piece, the unit re-dealt into chunks every epoch and kept resident or not.
+        Smaller pieces mix better; each costs one ``preadv`` per epoch.
+    seed : int
+        Seeds the deals (part of the checkpoint fingerprint through the layout).
+    n_readers : int
+        Threads decoding Parquet in the first pass.
+    cache_dir : str, optional
+        Directory for the piece cache and spilled dual variables (default ``$SNAPFIT_TMPDIR``
+        or the system temp dir).
+    """
+
+    def __init__(
+        self,
+        dataset,
+        budget: int,
+        *,
+        n_jobs: int = 1,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        piece_rows: int = DEFAULT_PIECE_ROWS,
+        seed: int = 0,
+        n_readers: int = 2,
+        cache_dir: str | None = None,
+    ):
+        self.dataset = dataset
+        self.n_features = int(dataset.n_features)
+        self.cache_dir = cache_dir or temp_dir()
+        self.seed = int(seed)
+        refs = dataset.chunks
+        self.pieces = make_pieces([r.n_rows for r in refs], min(piece_rows, chunk_rows))
+        n_rows = int(self.pieces.rows.sum())
+        self.per_chunk = max(1, round(chunk_rows / max(1, min(piece_rows, chunk_rows))))
+        self._n_chunks = -(-len(self.pieces) // self.per_chunk)
+        has_values, has_weight = _file_flags(dataset)
+        self._flags = (has_values, has_weight)
+        rg_bytes = max(chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in refs)
+        density = max(r.nnz / max(1, r.n_rows) for r in refs)
+        rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
+        estimate = self._buffer_nbytes(rows, int(np.ceil(density * rows)))
+        plan_args = dict(n_features=self.n_features, n_jobs=n_jobs + n_readers, n_rows=n_rows,
+                         max_row_group_bytes=rg_bytes)  # fmt: skip
+        self.plan: BudgetPlan = plan_budget(int(budget), max_chunk_bytes=estimate, **plan_args)
+        spare = self.plan.budget - self.plan.fixed - (0 if self.plan.spill_dual else self.plan.dual)
+        n_readers = int(max(1, min(n_readers, spare // max(1, 2 * rg_bytes))))
+        self.cache = PieceCache(dataset, self.pieces, self.cache_dir)
+        try:
+            self.cache.ingest(n_readers)
+            # Now the nnz of every piece is known: size the buffers exactly.
+            self.plan = plan_budget(int(budget), max_chunk_bytes=self._max_buffer(), **plan_args)
+        except BaseException:
+            self.cache.close()
+            raise
+        self._record = np.asarray(self.cache.record_nbytes(np.arange(len(self.pieces))))
+        self.pool = BufferPool(self.plan.n_buffers, self._max_buffer())
+        self._resident: dict[int, np.ndarray] = {}
+        self._target: set[int] = set()
+        self._choose(np.zeros(len(self.pieces)))
+        self._groups = self._deal(list(range(self.n_chunks)))
+        self._live: dict[int, Live] = {}
+        self.state: DualState | None = None
+        self._io_wait = 0.0
+        self._prefetch: Prefetcher | None = None
+        self.read_seconds = 0.0
+        self.epoch_stats: list[dict] = []
+
+    # -- sizes -----------------------------------------------------------------------------
+    def _buffer_nbytes(self, n_rows: int, nnz: int) -> int:
+        """A chunk's CSR arrays plus its norms (f32) and dual variables (f64)."""
+        return chunk_nbytes(n_rows, nnz, *self._flags) + _align(4 * n_rows) + 8 * n_rows
+
+    def _max_buffer(self) -> int:
+        """Upper bound over any deal: the ``per_chunk`` largest pieces together."""
+        rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
+        nnz = int(np.sort(self.cache.piece_nnz)[-self.per_chunk :].sum())
+        return self._buffer_nbytes(rows, nnz)
+
+    @property
+    def n_chunks(self) -> int:
+        return self._n_chunks
+
+    def chunk_rows(self, k: int) -> int:
+        """Rows of chunk ``k`` in the reference deal (deals differ by at most a piece)."""
+        return int(self.pieces.rows[self._groups[k]].sum())
+
+    def chunk_nnz(self, k: int) -> int:
+        return int(self.cache.piece_nnz[self._groups[k]].sum())
+
+    @property
+    def io_wait(self) -> float:
+        """Seconds the engine has waited for chunks, the running epoch included."""
+        pf = self._prefetch
+        return self._io_wait + (pf.wait_seconds if pf is not None else 0.0)
+
+    @property
+    def resident_bytes(self) -> int:
+        return int(sum(len(r) for r in self._resident.values()))
+
+    # -- dealing and assembling ------------------------------------------------------------
+    def _deal(self, order: Sequence[int]) -> list[np.ndarray]:
+        """Pieces of each chunk for an epoch whose chunk order is ``order``.
+
+        The order is a function of ``(seed, epoch)`` (``workers.plan_epoch``), so seeding the
+        deal with it makes every epoch deal differently yet replayably, with no new engine hook.
+        """
+        key = zlib.crc32(np.asarray(order, np.int64).tobytes())
+        perm = np.random.default_rng([self.seed, key]).permutation(len(self.pieces))
+        return [np.sort(perm[k :: self.n_chunks]) for k in range(self.n_chunks)]
+
+    def _assemble(self, k: int, buf: np.ndarray, groups, resident) -> Live:
+        ps = groups[k]
+        n = int(self.pieces.rows[ps].sum())
+        nnz = int(self.cache.piece_nnz[ps].sum())
+        has_values, has_weight = self._flags
+        pos = 0
+
+        def take(dtype, count):
+            nonlocal pos
+            size = count * np.dtype(dtype).itemsize
+            arr = buf[pos : pos + size].view(dtype)
+            pos += _align(size)
+            return arr
+
+        indptr = take(np.int64, n + 1)
+        indices = take(np.int32, nnz)
+        values = take(np.float32, nnz) if has_values else None
+        y = take(np.float32, n)
+        weight = take(np.float32, n) if has_weight else None
+        sqnorm = take(np.float32, n)
+        alpha = take(np.float64, n)
+        indptr[0] = 0
+        offsets = self.state.offsets
+        r0 = z0 = 0
+        for p in ps:
+            m, z = int(self.pieces.rows[p]), int(self.cache.piece_nnz[p])
+            rows, nzs = slice(r0, r0 + m), slice(z0, z0 + z)
+            targets = [indptr[r0 + 1 : r0 + m + 1], indices[nzs]]
+            targets += [values[nzs]] if has_values else []
+            targets += [y[rows]] + ([weight[rows]] if has_weight else []) + [sqnorm[rows]]
+            self.cache.fill(targets, int(p), resident.get(int(p)))
+            if z0:
+                indptr[r0 + 1 : r0 + m + 1] += z0
+            alpha[rows] = self.state.alpha[offsets[p] : offsets[p + 1]]
+            r0, z0 = r0 + m, z0 + z
+        return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
+
+    def epoch(self, order: Sequence[int]) -> Iterator[tuple[int, Chunk]]:
+        if self.state is None:
+            raise ResourceError("StreamSource needs its make_state() passed to the engine.")
+        self._stop_prefetch()
+        for p in [p for p in self._resident if p not in self._target]:
+            del self._resident[p]  # dropped first, so old and new residents never coexist
+        for p in sorted(self._target - set(self._resident)):
+            self._resident[p] = self.cache.read_record(p)
+        self.pool.reset()
+        self._live.clear()
+        groups = self._groups = self._deal(order)
+        resident = dict(self._resident)
+        self._prefetch = pf = Prefetcher(
+            order,
+            self.pool,
+            lambda k, buf: self._assemble(k, buf, groups, resident),
+            where=lambda k: self.cache.where(groups[k]),
+        )
+        t0 = time.perf_counter()
+        try:
+            for k in order:
+                live = pf.get(k)
+                self._live[k] = live
+                yield k, live.chunk
+        finally:
+            self._stop_prefetch()
+            self.epoch_stats.append(
+                {"seconds": time.perf_counter() - t0, "read_seconds": pf.read_seconds,
+                 "io_wait": pf.wait_seconds, "resident_bytes": self.resident_bytes}
+            )  # fmt: skip
+
+    def release(self, k: int) -> None:
+        """Chunk ``k`` is done: its dual variables go home, then its buffer is refilled."""
+        live = self._live.pop(k, None)
+        if live is not None:
+            offsets, r0 = self.state.offsets, 0
+            for p in live.pieces:
+                lo, hi = int(offsets[p]), int(offsets[p + 1])
+                self.state.alpha[lo:hi] = live.alpha[r0 : r0 + hi - lo]
+                if self.plan.spill_dual:
+                    _drop_pages(self.state.alpha, 8 * lo, 8 * hi)
+                r0 += hi - lo
+        self.pool.release(k)
+
+    def update_gaps(self, gaps: np.ndarray) -> None:
+        """Spread each chunk's gap over its pieces by rows, then pick residents."""
+        per_piece = np.zeros(len(self.pieces))
+        rows = self.pieces.rows
+        for k, ps in enumerate(self._groups):
+            per_piece[ps] = gaps[k] * rows[ps] / max(1, rows[ps].sum())
+        self._choose(per_piece)
+
+    # -- residency and state ---------------------------------------------------------------
+    def _choose(self, gaps: np.ndarray) -> None:
+        """DuHL: largest gap per byte first, while the resident share of the budget lasts.
+
+        Ties (the first epoch, when no gap is known) keep the current residents, then go in
+        piece order, so nothing is re-read needlessly.
+        """
+        n = len(self.pieces)
+        keep = np.array([p in self._resident for p in range(n)])
+        score = gaps / np.maximum(self._record, 1)
+        left = self.plan.resident
+        target = set()
+        for p in np.lexsort((np.arange(n), ~keep, -score)):
+            if self._record[p] <= left:
+                target.add(int(p))
+                left -= int(self._record[p])
+        self._target = target
+
+    def make_state(self) -> DualState:
+        """Dual variables per piece (memory-mapped when the plan says spill); norms come with
+        the chunks, so the state hands out the live chunk's arrays."""
+        state = _PieceState(self, [int(r) for r in self.pieces.rows],
+                            spill_dir=self.cache_dir if self.plan.spill_dual else None)  # fmt: skip
+        self.state = state
+        return state
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint of this source depends on: pieces, chunks per epoch, deal seed."""
+        return {
+            "kind": "stream",
+            "piece_rows": [int(r) for r in self.pieces.rows[:1]] + [len(self.pieces)],
+            "n_chunks": self.n_chunks,
+            "deal_seed": self.seed,
+        }
+
+    def _stop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._io_wait += self._prefetch.wait_seconds
+            self.read_seconds += self._prefetch.read_seconds
+            self._prefetch = None
+
+    def close(self) -> None:
+        self._stop_prefetch()
+        self._resident.clear()
+        self._live.clear()
+        self.cache.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _PieceState(DualState):
+    """``DualState`` laid out by piece; a chunk's alpha and norms are its buffer's copies."""
+
+    def __init__(self, source: StreamSource, piece_rows: list[int], spill_dir=None):
+        super().__init__(piece_rows, spill_dir=spill_dir)
+        self._source = source
+        self.sqnorm = np.zeros(0, np.float32)  # norms live in the cache, not here
+
+    def alpha_of(self, k: int) -> np.ndarray:
+        return self._source._live[k].alpha
+
+    def sqnorm_of(self, k: int, chunk, scratch) -> np.ndarray:
+        return self._source._live[k].sqnorm
+
+    def release(self, k: int) -> None:
+        pass  # the source copies alpha back before reusing the buffer
