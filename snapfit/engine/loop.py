@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from snapfit.engine.checkpoint import Checkpointer, InterruptGuard
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.source import ChunkSource
 from snapfit.engine.state import DualState
@@ -120,8 +122,16 @@ class Trainer:
         return order, plan
 
     def _run(self, order: Sequence[int], plan, fn):
-        release = getattr(self.source, "release", lambda k: None)
-        return self._group.run(self.source.epoch(order), plan, fn, release)
+        source_release = getattr(self.source, "release", lambda k: None)
+
+        def release(k: int) -> None:
+            source_release(k)  # the chunk's buffer may be refilled
+            self.state.release(k)  # spilled dual pages may leave RAM
+
+        results = self._group.run(self.source.epoch(order), plan, fn, release)
+        # Threads finish in any order; summing in a fixed order keeps gaps reproducible.
+        results.sort(key=lambda r: (r[0].k, r[0].part))
+        return results
 
     # -- whole-data operations -------------------------------------------------------------
     def warm_start(self, w0: np.ndarray) -> None:
@@ -240,29 +250,48 @@ def fit(
     warm_alpha: np.ndarray | None = None,
     callbacks: Sequence[Callback] = (),
     trainer: Trainer | None = None,
+    state: DualState | None = None,
+    checkpoint: Checkpointer | None = None,
 ) -> FitResult:
     """Run epochs until the exact relative gap is at most ``problem.tol`` or ``max_iter``.
 
     ``trainer`` continues an existing run (resume). A warm start comes from a previous fit's
     dual variables ``warm_alpha`` (best: the dual point itself) or else from its ``warm_w``.
+    ``state`` supplies the dual state (e.g. memory-mapped by a streaming source). With
+    ``checkpoint`` the run resumes from it when asked (instead of a warm start), writes one every
+    ``checkpoint.every`` epochs and at the end, and on SIGINT/SIGTERM finishes the current epoch,
+    writes one and raises ``KeyboardInterrupt``.
     """
-    tr = trainer or Trainer(source, problem)
+    tr = trainer or Trainer(source, problem, state=state)
     try:
-        if warm_alpha is not None and trainer is None:
+        converged = False
+        if checkpoint is not None and checkpoint.resume and checkpoint.exists():
+            converged = checkpoint.load(tr)
+        elif warm_alpha is not None and trainer is None:
             tr.warm_start_alpha(warm_alpha)
         elif warm_w is not None and trainer is None:
             tr.warm_start(warm_w)
-        converged = False
-        while tr.epoch < problem.max_iter:
-            rec = tr.run_epoch()
-            last = tr.epoch >= problem.max_iter
-            if rec.rel_gap <= problem.tol or last:
-                tr.confirm(rec)
-                converged = rec.rel_gap <= problem.tol
-            tr.history.append(rec)
-            stop = any(cb(rec) for cb in callbacks)
-            if converged or stop:
-                break
+        with InterruptGuard() if checkpoint is not None else nullcontext() as guard:
+            while not converged and tr.epoch < problem.max_iter:
+                rec = tr.run_epoch()
+                last = tr.epoch >= problem.max_iter
+                if rec.rel_gap <= problem.tol or last:
+                    tr.confirm(rec)
+                    converged = rec.rel_gap <= problem.tol
+                tr.history.append(rec)
+                stop = any(cb(rec) for cb in callbacks)
+                interrupted = guard is not None and guard.signum is not None
+                if checkpoint is not None and (
+                    interrupted or converged or stop or last or checkpoint.due(tr.epoch)
+                ):
+                    checkpoint.save(tr, converged=converged)
+                if interrupted:
+                    raise KeyboardInterrupt(
+                        f"signal {guard.signum} after epoch {tr.epoch}; checkpoint written to "
+                        f"{checkpoint.path}, continue with resume=True"
+                    )
+                if converged or stop:
+                    break
         return FitResult(
             w=tr.w.copy(),
             n_iter=tr.epoch,

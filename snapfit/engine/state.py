@@ -8,6 +8,7 @@ the memory budget they live in memory-mapped files instead.
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 
@@ -64,8 +65,34 @@ class DualState:
             self.has_sqnorm[k] = True
         return out
 
+    def release(self, k: int) -> None:
+        """Chunk ``k`` is done for now: let its spilled pages leave this process's RSS.
+
+        For a shared file mapping ``MADV_DONTNEED`` only unmaps the pages; their contents stay
+        in the page cache and the file, and come back on the next access. Without it every
+        touched page of the memory map would stay counted in RSS until the fit ends.
+        """
+        if self._spill is None:
+            return
+        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
+        for arr in (self.alpha, self.sqnorm):
+            _drop_pages(arr, lo * arr.itemsize, hi * arr.itemsize)
+
     def close(self) -> None:
         if self._spill is not None:
             del self.alpha, self.sqnorm
             self._spill.cleanup()
             self._spill = None
+
+
+def _drop_pages(arr: np.memmap, start: int, stop: int) -> None:
+    """``madvise(MADV_DONTNEED)`` on the whole pages inside bytes ``[start, stop)`` of ``arr``."""
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    base = arr.offset  # the .npy header precedes the data in the mapping
+    page = mmap.PAGESIZE
+    lo = -(-(base + start) // page) * page
+    hi = (base + stop) // page * page
+    if hi > lo:
+        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
