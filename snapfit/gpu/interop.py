@@ -16,7 +16,39 @@ from snapfit.solvers import gpu as kernels
 
 
 def is_cuda_array(x) -> bool:
-    return hasattr(x, "__cuda_array_interface__")
+    return hasattr(x, "__cuda_array_interface__") or _is_simulated_array(x)
+
+
+def _is_simulated_array(x) -> bool:
+    if hasattr(cuda, "as_cuda_array"):  # pragma: no cover - real numba-cuda (checked by PTX run)
+        return False
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return isinstance(x, FakeCUDAArray)
+
+
+class _HostView:
+    """Holds an interface's owner alive while NumPy reads its memory (simulator only)."""
+
+    def __init__(self, owner, iface):
+        self.owner = owner
+        keys = ("shape", "typestr", "data", "strides")
+        self.__array_interface__ = {k: iface.get(k) for k in keys} | {"version": 3}
+
+
+def as_device_array(x):
+    """A Numba device array sharing ``x``'s memory (``numba.cuda.as_cuda_array``).
+
+    The CUDA simulator has no ``as_cuda_array``; its device memory is host memory, so there the
+    interface's pointer is read through NumPy, still without a copy.
+    """
+    if hasattr(cuda, "as_cuda_array"):  # pragma: no cover - real numba-cuda, not the simulator
+        return cuda.as_cuda_array(x)
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    if isinstance(x, FakeCUDAArray):
+        return x
+    return FakeCUDAArray(np.asarray(_HostView(x, x.__cuda_array_interface__)))
 
 
 def is_cuda_csr(x) -> bool:
@@ -39,10 +71,10 @@ def device_csr(X) -> tuple[tuple, tuple[int, int]]:
     view; the row pointers and column indices are generated (8 bytes/row + 4 bytes/entry).
     """
     if is_cuda_csr(X):
-        arrays = tuple(cuda.as_cuda_array(getattr(X, a)) for a in ("indptr", "indices", "data"))
+        arrays = tuple(as_device_array(getattr(X, a)) for a in ("indptr", "indices", "data"))
         return arrays, (int(X.shape[0]), int(X.shape[1]))
     if is_cuda_array(X):
-        a = cuda.as_cuda_array(X)
+        a = as_device_array(X)
         if a.ndim != 2 or not a.is_c_contiguous():
             raise ValueError(
                 f"a dense device array must be 2-D and C-contiguous; got shape {a.shape}. "
