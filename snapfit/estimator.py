@@ -26,8 +26,15 @@ from snapfit.data import Dataset, check_two_classes
 from snapfit.data.chunk import Chunk
 from snapfit.data.table import TableDataset
 from snapfit.engine import InMemorySource, Problem, fit
-from snapfit.engine.source import ResidentSource
+from snapfit.engine.checkpoint import (
+    Checkpointer,
+    arrays_fingerprint,
+    dataset_fingerprint,
+    problem_params,
+    source_layout,
+)
 from snapfit.solvers import cpu
+from snapfit.stream.choose import source_for_dataset
 
 
 def _resolve_n_jobs(n_jobs: int | None) -> int:
@@ -84,7 +91,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     n_jobs : int or None
         CPU threads; each solves its share of the rows on its own copy of ``w`` (CoCoA+).
     memory_budget : int, str or None
-        Bytes of host memory for out-of-core fits from Parquet (e.g. ``"2GB"``).
+        Bytes of host memory for fits from Parquet (e.g. ``"2GB"``, ``"512MB"``). Data that
+        does not fit is streamed from a raw cache in ``$SNAPFIT_TMPDIR`` (see
+        ``docs/out-of-core.md``). None: half of the memory available at fit time.
     chunk_rows : int or None
         Rows per chunk for in-memory input (None: one chunk, the best convergence per epoch).
     random_state : int, RandomState or None
@@ -93,6 +102,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Start from the dual point paired with the previous ``coef_``.
     verbose : int, default=0
         Print one line per epoch when > 0.
+    checkpoint_dir : str or None
+        Directory for ``checkpoint.snapfit`` (``w``, dual variables, epoch, fingerprint of data
+        and parameters); written atomically every ``checkpoint_every`` epochs, at the end, and
+        on SIGINT/SIGTERM (which then raise ``KeyboardInterrupt``). ``fit(..., resume=True)``
+        continues from it. Set ``random_state`` to make resumed runs reproducible.
+    checkpoint_every : int, default=1
+        Epochs between checkpoints.
 
     Attributes
     ----------
@@ -127,6 +143,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
+        "checkpoint_dir": [str, os.PathLike, None],
+        "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -145,6 +163,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         random_state=None,
         warm_start=False,
         verbose=0,
+        checkpoint_dir=None,
+        checkpoint_every=1,
     ):
         self.C = C
         self.fit_intercept = fit_intercept
@@ -159,6 +179,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -167,12 +189,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return tags
 
     # -- fitting ---------------------------------------------------------------------------
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None, *, resume=False, callbacks=()):
         """Fit on an array or sparse matrix with labels ``y``, or on Parquet data with labels
         inside: a path, directory, glob or list of them, or a ``pyarrow.Table`` in snapfit's
         format (``label``, ``indices``, optional ``values`` and ``weight``). For Parquet input
-        ``classes_`` is ``[0, 1]`` and per-row weights come from its ``weight`` column."""
+        ``classes_`` is ``[0, 1]`` and per-row weights come from its ``weight`` column.
+
+        ``resume=True`` continues from the checkpoint in ``checkpoint_dir`` (if there is one;
+        one made with other data or parameters is refused). ``callbacks`` are called with each
+        epoch's ``snapfit.engine.EpochRecord``; one returning True stops the fit."""
         self._validate_params()
+        if resume and self.checkpoint_dir is None:
+            raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
+        self._fit_options = {"resume": bool(resume), "callbacks": list(callbacks)}
         dataset = _as_dataset(X)
         if dataset is not None:
             return self._fit_dataset(dataset, y, sample_weight)
@@ -223,7 +252,17 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             cw = (n / (2.0 * n_neg), n / (2.0 * n_pos))
         else:
             cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in (0, 1))
-        return self._fit_source(ResidentSource(dataset), c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+        source = source_for_dataset(
+            dataset,
+            memory_budget=self.memory_budget,
+            n_jobs=_resolve_n_jobs(self.n_jobs),
+            chunk_rows=self.chunk_rows,
+        )
+        self._fit_options["data_fingerprint"] = lambda: dataset_fingerprint(dataset)
+        try:
+            return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+        finally:
+            getattr(source, "close", lambda: None)()
 
     def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_key: str | None = None):
         if self.device == "gpu":
@@ -246,8 +285,16 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             seed=seed,
         )
         warm_w, warm_alpha = self._warm_start_point(source, c_pos, c_neg, bias, rows_key)
+        # Per-call options of fit(); popped so the fitted estimator keeps no closures.
+        options = self.__dict__.pop("_fit_options", {})
         callbacks = [self._print_epoch] if self.verbose else []
-        result = fit(source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks)
+        callbacks += options.get("callbacks", [])
+        checkpoint = self._checkpointer(source, problem, options)
+        state = source.make_state() if hasattr(source, "make_state") else None
+        result = fit(
+            source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks,
+            state=state, checkpoint=checkpoint,
+        )  # fmt: skip
         self._dual = (result.alpha, float(c_pos), float(c_neg), rows_key)
         d = source.n_features
         self.coef_ = result.w[:d].reshape(1, d).copy()
@@ -262,6 +309,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 stacklevel=3,
             )
         return self
+
+    def _checkpointer(self, source, problem, options: dict):
+        """A ``Checkpointer`` for ``checkpoint_dir`` with this fit's fingerprint, or None."""
+        if self.checkpoint_dir is None:
+            return None
+        data_fp = options.get("data_fingerprint")
+        data = data_fp() if data_fp else arrays_fingerprint(source.chunks)
+        resume = options.get("resume", False)
+        fingerprint = {"data": data, "params": problem_params(problem),
+                       "layout": source_layout(source)}  # fmt: skip
+        return Checkpointer(
+            self.checkpoint_dir, fingerprint, every=self.checkpoint_every, resume=resume
+        )
 
     def _warm_start_point(self, source, c_pos, c_neg, bias, rows_key):
         """The previous fit's dual variables when the rows are the same (labels and weights),

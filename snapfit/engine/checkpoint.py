@@ -95,6 +95,13 @@ def _diff(old, new, path: str = "") -> str | None:
     return None
 
 
+def source_layout(source) -> dict:
+    """The chunk layout a checkpoint's alpha is laid out in (streamed: pieces; else chunks)."""
+    if hasattr(source, "fingerprint"):
+        return source.fingerprint()
+    return {"kind": "memory", "chunk_rows": [source.chunk_rows(k) for k in range(source.n_chunks)]}
+
+
 class Checkpointer:
     """Writes and reads ``directory/checkpoint.snapfit`` for one fit.
 

@@ -57,9 +57,11 @@ class StreamSource:
         Bytes; see :mod:`snapfit.stream.budget` for what is charged.
     n_jobs : int
         Solver threads (their ``w`` views are charged to the budget).
-    chunk_rows : int
-        Target rows per chunk. Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
-    piece_rows : int
+    chunk_rows : int, optional
+        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks).
+        Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
+    piece_rows : int, optional
+        Default ``chunk_rows // 16``, at most 4096.
         Rows per piece, the unit re-dealt into chunks every epoch and kept resident or not.
         Smaller pieces mix better; each costs one ``preadv`` per epoch.
     seed : int
@@ -77,8 +79,8 @@ class StreamSource:
         budget: int,
         *,
         n_jobs: int = 1,
-        chunk_rows: int = DEFAULT_CHUNK_ROWS,
-        piece_rows: int = DEFAULT_PIECE_ROWS,
+        chunk_rows: int | None = None,
+        piece_rows: int | None = None,
         seed: int = 0,
         n_readers: int = 2,
         cache_dir: str | None = None,
@@ -88,6 +90,9 @@ class StreamSource:
         self.cache_dir = cache_dir or temp_dir()
         self.seed = int(seed)
         refs = dataset.chunks
+        total = sum(r.n_rows for r in refs)
+        chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
+        piece_rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
         self.pieces = make_pieces([r.n_rows for r in refs], min(piece_rows, chunk_rows))
         n_rows = int(self.pieces.rows.sum())
         self.per_chunk = max(1, round(chunk_rows / max(1, min(piece_rows, chunk_rows))))
