@@ -1,0 +1,89 @@
+"""Checkpoints: exact resume, refusal of foreign checkpoints, atomic files, signal handling."""
+
+import os
+import signal
+import warnings
+
+import numpy as np
+import pytest
+
+from snapfit import LogisticRegression
+from snapfit.datasets.criteo_like import make_criteo_like
+from snapfit.engine.checkpoint import FILENAME, CheckpointMismatch
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_criteo_like(3000, seed=2, hash_bits=12)
+
+
+def _clf(tmp_path, **kw):
+    kw = {"C": 0.1, "tol": 1e-8, "max_iter": 200, "random_state": 0, "n_jobs": 2, **kw}
+    return LogisticRegression(checkpoint_dir=str(tmp_path), **kw)
+
+
+def test_resume_replays_the_uninterrupted_run(tmp_path, data):
+    X, y = data
+    full = _clf(tmp_path / "a").fit(X, y)
+    part = _clf(tmp_path / "b", max_iter=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part.fit(X, y)
+    resumed = _clf(tmp_path / "b").fit(X, y, resume=True)
+    assert np.array_equal(resumed.coef_, full.coef_)
+    assert resumed.n_iter_[0] == full.n_iter_[0]
+    assert len(resumed.history_) == len(full.history_)
+
+
+def test_other_parameters_are_refused_by_name(tmp_path, data):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _clf(tmp_path, max_iter=3).fit(X, y)
+    with pytest.raises(CheckpointMismatch, match="c_pos was 0.1 in the checkpoint and is 0.5"):
+        _clf(tmp_path, C=0.5).fit(X, y, resume=True)
+    with pytest.raises(CheckpointMismatch, match="arrays_sha256"):
+        _clf(tmp_path).fit(X[:2000], y[:2000], resume=True)
+
+
+def test_corrupt_checkpoint_is_refused(tmp_path, data):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _clf(tmp_path, max_iter=3).fit(X, y)
+    path = tmp_path / FILENAME
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointMismatch, match="corrupt"):
+        _clf(tmp_path).fit(X, y, resume=True)
+
+
+def test_no_temp_files_left(tmp_path, data):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _clf(tmp_path, max_iter=4, checkpoint_every=2).fit(X, y)
+    assert os.listdir(tmp_path) == [FILENAME]
+
+
+def test_sigint_stops_at_epoch_end_with_a_checkpoint(tmp_path, data):
+    X, y = data
+    before = signal.getsignal(signal.SIGINT)
+
+    def interrupt(rec):
+        if rec.epoch == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    clf = _clf(tmp_path, checkpoint_every=100)
+    with pytest.raises(KeyboardInterrupt, match="checkpoint written"):
+        clf.fit(X, y, callbacks=[interrupt])
+    assert signal.getsignal(signal.SIGINT) is before
+    resumed = _clf(tmp_path).fit(X, y, resume=True)
+    full = _clf(tmp_path / "full").fit(X, y)
+    assert np.array_equal(resumed.coef_, full.coef_)
+
+
+def test_resume_needs_a_directory(data):
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        LogisticRegression().fit(*data, resume=True)

@@ -1,0 +1,100 @@
+"""Out of core for real, in subprocesses: bounded peak RSS, and SIGKILL mid-run then resume."""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from snapfit.datasets.criteo_like import make_criteo_like_parquet
+
+BUDGET = 40 * 10**6
+
+
+@pytest.fixture(scope="module")
+def big_parquet(tmp_path_factory):
+    """600k rows, about 190 MB decoded: more than 4x the budget."""
+    path = tmp_path_factory.mktemp("ooc") / "big.parquet"
+    make_criteo_like_parquet(path, 600_000, seed=3, hash_bits=16, row_group_rows=1 << 15)
+    return str(path)
+
+
+def _run(code: str, *args, wait=True):
+    cmd = [sys.executable, "-c", textwrap.dedent(code), *map(str, args)]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+RSS = """
+import json, sys, warnings
+from snapfit import LogisticRegression
+from snapfit.data import Dataset
+from snapfit.datasets.criteo_like import make_criteo_like
+from snapfit.stream.choose import resident_peak_nbytes
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+X, y = make_criteo_like(2000, seed=0, hash_bits=8)  # compile the kernels first
+LogisticRegression(max_iter=2, n_jobs=2).fit(X, y)
+del X, y
+base = hwm()
+warnings.simplefilter("ignore")
+clf = LogisticRegression(C=0.1, memory_budget=int(sys.argv[2]), max_iter=3, n_jobs=2)
+clf.fit(sys.argv[1])
+data = resident_peak_nbytes(Dataset(sys.argv[1]), 2)
+print(json.dumps({"growth": hwm() - base, "epochs": int(clf.n_iter_[0]), "data": data}))
+"""
+
+
+def test_peak_rss_stays_within_budget(big_parquet):
+    res = json.loads(_run(RSS, big_parquet, BUDGET).strip().splitlines()[-1])
+    assert res["epochs"] == 3
+    assert res["data"] >= 4 * BUDGET
+    assert res["growth"] <= BUDGET + 300 * 10**6, res
+
+
+FIT = """
+import sys, warnings
+import numpy as np
+from snapfit import LogisticRegression
+warnings.simplefilter("ignore")
+clf = LogisticRegression(C=0.1, tol=1e-7, max_iter=int(sys.argv[4]), random_state=7, n_jobs=2,
+                         memory_budget=int(sys.argv[2]), checkpoint_dir=sys.argv[3] or None)
+clf.fit(sys.argv[1], resume=bool(sys.argv[3]))
+np.save(sys.argv[5], clf.coef_)
+print("epochs", clf.n_iter_[0])
+"""
+
+
+def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(big_parquet, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    epochs = 6
+    _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy")
+    proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", wait=False)
+    target = ckpt / "checkpoint.snapfit"
+    deadline = time.time() + 240
+    first = None
+    while time.time() < deadline and proc.poll() is None:
+        if target.exists():
+            mtime = target.stat().st_mtime_ns
+            if first is None:
+                first = mtime
+            elif mtime != first:  # the second checkpoint is out: kill inside the next epoch
+                time.sleep(0.05)
+                break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "resumed.npy")
+    assert np.array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "ref.npy"))

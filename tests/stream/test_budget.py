@@ -1,0 +1,31 @@
+import pytest
+
+from snapfit.errors import ResourceError
+from snapfit.stream import parse_memory_budget, plan_budget
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("2GB", 2 * 10**9), ("512MB", 512 * 10**6), ("1.5GiB", 3 * 2**29), ("800M", 800 * 2**20),
+     (" 10 kb ", 10_000), (12345, 12345)],
+)  # fmt: skip
+def test_parse(text, expected):
+    assert parse_memory_budget(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["two GB", "5XB", "", "0MB", -3])
+def test_parse_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_memory_budget(bad)
+
+
+def test_too_small_names_the_minimum():
+    with pytest.raises(ResourceError, match=r"minimum here is \d+ MB"):
+        plan_budget(10**6, n_features=2**20, n_jobs=2, n_rows=10, max_chunk_bytes=10**6,
+                    max_row_group_bytes=10**6)  # fmt: skip
+
+
+def test_dual_spills_when_it_would_not_fit():
+    plan = plan_budget(50 * 10**6, n_features=10, n_jobs=1, n_rows=10**7, max_chunk_bytes=10**6,
+                       max_row_group_bytes=10**6)  # fmt: skip
+    assert plan.spill_dual and plan.resident > 0
