@@ -116,3 +116,33 @@ def test_device_resolution_under_the_simulator(caplog):
     with caplog.at_level(logging.INFO, logger="snapfit"):
         assert resolve_device("auto") == "cpu"  # never the simulator unasked
     assert "simulator" in caplog.text
+
+
+def test_unit_arguments_eviction_and_empty_rows(small):
+    from snapfit.data.chunk import Chunk
+    from snapfit.gpu.unit import GpuUnit
+
+    X, y, w, problem, _ = small
+    with pytest.raises(ValueError, match="n_slots"):
+        GpuUnit(12, problem, n_slots=1)
+    with pytest.raises(ValueError, match="power of two"):
+        GpuUnit(12, problem, block=12)
+    chunks = split_chunks(X, y, w, 32)
+    empty = Chunk(np.zeros(3, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
+                  np.ones(2, np.float32), None)  # fmt: skip
+    source = InMemorySource([*chunks, empty], 12)
+    one = Problem(**{**problem.__dict__, "max_iter": 1, "tol": 0.0})
+    # team=None: threads per row chosen from the mean row length.
+    tr = HeteroTrainer(source, one, n_cpu=0, gpu_options={"block": 8, "max_blocks": 1})
+    try:
+        tr.run_epoch()
+        assert set(tr.gpu.on_device) == {0, 1, 2}
+        # DuHL keeps only chunk 1: the others leave the device and their alpha goes home.
+        tr.gpu.keep = {1}
+        tr.gpu.evict(tr.state.alpha_of)
+        assert set(tr.gpu.resident) == {1} and set(tr.gpu.on_device) == {1}
+        assert np.all(tr.state.alpha_of(0) != 0)
+        rec = tr.run_epoch()
+        assert np.isfinite(rec.primal)
+    finally:
+        tr.close()
