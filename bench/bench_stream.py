@@ -37,18 +37,22 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--C", type=float, default=0.1)
     ap.add_argument("--epochs", type=int, default=5, help="epochs timed for the overlap")
+    ap.add_argument("--chunk-rows", type=int, default=1 << 15)
+    ap.add_argument("--hash-bits", type=int, default=18)
+    ap.add_argument("--row-group-rows", type=int, default=1 << 16)
     ap.add_argument("--out", default=tempfile.gettempdir())
     a = ap.parse_args()
-    path = os.path.join(a.out, f"criteo_like_{a.rows}.parquet")
+    path = os.path.join(a.out, f"criteo_like_{a.rows}_{a.hash_bits}_{a.row_group_rows}.parquet")
     if not os.path.exists(path):
-        make_criteo_like_parquet(path, a.rows, seed=0, hash_bits=20)
+        make_criteo_like_parquet(path, a.rows, seed=0, hash_bits=a.hash_bits,
+                                 row_group_rows=a.row_group_rows)  # fmt: skip
     ds = Dataset(path)
     decoded = (resident_peak_nbytes(ds, 2) - 12 * ds.n_rows) // 2
     budget = int(a.budget_frac * decoded)
     res = {"rows": ds.n_rows, "nnz": ds.nnz, "decoded_MB": decoded / 1e6, "budget_MB": budget / 1e6}
 
     problem = Problem(n_features=ds.n_features, c_pos=a.C, c_neg=a.C, n_jobs=2, seed=0)
-    with StreamSource(ds, budget, n_jobs=2) as src:
+    with StreamSource(ds, budget, n_jobs=2, chunk_rows=a.chunk_rows) as src:
         res["ingest_s"] = src.cache.ingest_seconds
         res["plan"] = src.plan.describe()
         tr = Trainer(src, problem, state=src.make_state())
@@ -76,7 +80,7 @@ def main():
     mem = LogisticRegression(memory_budget=10 * decoded, **kw).fit(path)
     t_mem = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ooc = LogisticRegression(memory_budget=budget, **kw).fit(path)
+    ooc = LogisticRegression(memory_budget=budget, chunk_rows=a.chunk_rows, **kw).fit(path)
     t_ooc = time.perf_counter() - t0
     res.update(in_memory_s=t_mem, in_memory_epochs=int(mem.n_iter_[0]), out_of_core_s=t_ooc,
                out_of_core_epochs=int(ooc.n_iter_[0]), time_to_target_ratio=t_ooc / t_mem,
