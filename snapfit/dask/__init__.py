@@ -1,0 +1,383 @@
+"""The cluster door: train on a Dask cluster, each worker running the engine on its own share.
+
+The driver (your client) reads Parquet footers only and deals row groups to workers by nnz; each
+worker reads its row groups itself and keeps them, their dual variables and its threads in a
+``Part`` actor between rounds. A round sends ``w`` out and brings every part's ``dw`` back
+(CoCoA+ with sigma' = all threads of all workers); the driver sums, checks the global duality
+gap, checkpoints alpha, and survives a lost worker by re-placing its share. See ``docs/dask.md``.
+
+>>> from distributed import Client, LocalCluster              # doctest: +SKIP
+>>> from snapfit.dask import DaskLogisticRegression            # doctest: +SKIP
+>>> with LocalCluster(n_workers=2) as cluster, Client(cluster) as client:  # doctest: +SKIP
+...     est = DaskLogisticRegression(client=client, C=0.1).fit("train/")
+...     est.to_local().save("model.npz")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from snapfit.dask._driver import DaskFit, FitTimeoutError, WorkerLost, balance, train
+from snapfit.engine import Problem
+from snapfit.estimator import LogisticRegression, _as_dataset
+
+__all__ = [
+    "DaskFit",
+    "DaskLogisticRegression",
+    "FitTimeoutError",
+    "WorkerLost",
+    "balance",
+    "cluster_client",
+    "fit",
+    "train",
+]
+
+
+def _is_dask_collection(x) -> bool:
+    import dask
+
+    return dask.is_dask_collection(x)
+
+
+class DaskLogisticRegression(LogisticRegression):
+    """``snapfit.LogisticRegression`` trained on a Dask cluster; the same parameters plus
+    ``client`` (None: ``distributed.get_client()``, the current client).
+
+    ``n_jobs`` is the threads per worker (None: each worker's own thread count); sigma' is the
+    sum over the workers. ``checkpoint_every`` is the rounds between alpha checkpoints the parts
+    send the driver (8 bytes per row each time): a lost worker costs at most that many rounds.
+    ``checkpoint_dir`` must be None (the checkpoint lives in the driver's memory).
+    ``memory_budget`` and ``chunk_rows`` are not used: every worker keeps its share resident.
+    ``device="gpu"`` is not available on workers yet.
+
+    ``fit`` takes Parquet paths (a file, directory, glob or list; labels inside) or a dask array
+    ``X`` with a dask array or array-like ``y``. ``predict``, ``predict_proba`` and
+    ``decision_function`` return dask arrays for dask arrays and Parquet paths (one block per
+    row group), numpy arrays otherwise. ``to_local()`` gives the fitted local estimator.
+    """
+
+    _parameter_constraints: dict = {
+        **LogisticRegression._parameter_constraints,
+        "client": "no_validation",
+    }
+
+    def __init__(
+        self,
+        C=1.0,
+        *,
+        client=None,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        class_weight=None,
+        tol=1e-4,
+        max_iter=100,
+        device="auto",
+        n_jobs=None,
+        memory_budget=None,
+        chunk_rows=None,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+    ):
+        # stored verbatim, as scikit-learn's clone and get_params expect
+        self.client = client
+        self.C = C
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.tol = tol
+        self.max_iter = max_iter
+        self.device = device
+        self.n_jobs = n_jobs
+        self.memory_budget = memory_budget
+        self.chunk_rows = chunk_rows
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
+
+    def _client(self):
+        if self.client is not None:
+            return self.client
+        from distributed import get_client
+
+        return get_client()
+
+    # -- fitting ---------------------------------------------------------------------------
+    def fit(
+        self,
+        X,
+        y=None,
+        sample_weight=None,
+        *,
+        timeout: float = 600.0,
+        tree_above: int = 16,
+        on_round=None,
+    ):
+        """Fit on Parquet paths (labels inside) or a dask array ``X`` with labels ``y``.
+
+        timeout : seconds any single step (loading, a round, recovery) may take before the fit
+            fails with ``FitTimeoutError``; it never waits forever.
+        tree_above : with more workers than this, ``dw`` is summed by a tree of tasks on the
+            workers instead of at the driver.
+        on_round : callable getting each round's record; returning True stops the fit.
+        """
+        self._validate_params()
+        if self.checkpoint_dir is not None:
+            raise ValueError(
+                "checkpoint_dir is not used by Dask fits: the driver keeps the checkpoint (alpha "
+                "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
+            )
+        if self.device == "gpu":
+            from snapfit.errors import ResourceError
+
+            raise ResourceError(
+                "device='gpu' is not available for Dask fits yet; use device='cpu' or 'auto'."
+            )
+        client = self._client()
+        dataset = _as_dataset(X) if not _is_dask_collection(X) else None
+        if dataset is not None:
+            if y is not None or sample_weight is not None:
+                raise ValueError(
+                    "Parquet input carries its labels and weights in its 'label' and 'weight' "
+                    "columns; call fit(path) without y and sample_weight."
+                )
+            from snapfit.dask._inputs import ParquetInput
+
+            inp = ParquetInput(dataset)
+            self.classes_ = np.array([0, 1])
+        elif _is_dask_collection(X):
+            inp = self._array_input(client, X, y, sample_weight)
+        else:
+            raise TypeError(
+                f"DaskLogisticRegression.fit takes Parquet paths or a dask array X; got "
+                f"{type(X).__name__}. Use snapfit.LogisticRegression for in-memory arrays, or "
+                "dask.array.from_array(X) to train on the cluster."
+            )
+        inp.timeout = timeout
+        self.n_features_in_ = inp.n_features
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
+        problem = Problem(
+            n_features=inp.n_features, bias=bias, tol=float(self.tol),
+            max_iter=int(self.max_iter), seed=seed,
+        )  # fmt: skip
+        warm_w = None
+        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] == inp.n_features:
+            warm_w = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+        callbacks = [c for c in (on_round, self._print_round if self.verbose else None) if c]
+        result = train(
+            client, inp, problem,
+            class_weights=self._class_bounds,
+            n_jobs=None if self.n_jobs is None else _n_jobs(self.n_jobs),
+            timeout=timeout, checkpoint_every=int(self.checkpoint_every), tree_above=tree_above,
+            warm_w=warm_w,
+            on_round=(lambda rec: any([bool(c(rec)) for c in callbacks])) if callbacks else None,
+        )  # fmt: skip
+        return self._keep(result, bias)
+
+    def _array_input(self, client, X, y, sample_weight):
+        import dask.array as da
+
+        from snapfit.dask._inputs import ArrayInput
+
+        if y is None:
+            raise ValueError("a dask array X needs labels y (a dask array or array-like).")
+        y = da.asarray(y)
+        classes = np.unique(da.unique(y).compute())
+        if len(classes) != 2:
+            raise ValueError(
+                f"Only binary classification is supported; y has {len(classes)} classes "
+                f"({classes[:5].tolist()}). Wrap the estimator in OneVsRestClassifier for more."
+            )
+        self.classes_ = classes
+        return ArrayInput(client, X, y, sample_weight, classes)
+
+    def _class_bounds(self, n_neg: int, n_pos: int) -> tuple[float, float]:
+        """(C-, C+) from the workers' label counts (``classes_[1]`` is the positive class)."""
+        if self.class_weight == "balanced":
+            n = n_neg + n_pos
+            cw = (n / (2.0 * n_neg), n / (2.0 * n_pos))
+        else:
+            cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in self.classes_)
+        return self.C * cw[0], self.C * cw[1]
+
+    def _keep(self, result: DaskFit, bias: float):
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        d = self.n_features_in_
+        self.coef_ = result.w[:d].reshape(1, d).copy()
+        self.intercept_ = np.array([result.w[d] * bias])
+        self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
+        self.history_ = result.history
+        self.parts_ = result.parts
+        if not result.converged:
+            gap = result.history[-1]["rel_gap"] if result.history else float("nan")
+            warnings.warn(
+                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} rounds "
+                f"(relative duality gap {gap:.3g}); increase max_iter.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    @staticmethod
+    def _print_round(rec: dict) -> None:
+        print(
+            f"round {rec['epoch']:4d}  primal {rec['primal']:.8g}  rel_gap {rec['rel_gap']:.3e}"
+            f"{' (exact)' if rec['exact'] else ''}  {rec['seconds']:.3f}s  {rec['n_workers']} "
+            f"workers  {(rec['bytes_sent'] + rec['bytes_received']) / 1e6:.2f} MB"
+            f"{'  ' + rec['event'] if rec.get('event') else ''}",
+            flush=True,
+        )
+
+    # -- prediction ------------------------------------------------------------------------
+    def decision_function(self, X):
+        """``w.x + b``: a dask array for a dask array or Parquet input, else a numpy array."""
+        check_is_fitted(self)
+        if _is_dask_collection(X):
+            return X.map_blocks(_decision_block, self.coef_.ravel(), float(self.intercept_[0]),
+                                drop_axis=1, dtype=np.float64)  # fmt: skip
+        dataset = _predict_dataset(X)
+        if dataset is not None:
+            return _parquet_decision(dataset, self.coef_.ravel(), float(self.intercept_[0]))
+        return super().decision_function(X)
+
+    def predict_proba(self, X):
+        if not _lazy(X):
+            return super().predict_proba(X)
+        import dask.array as da
+        from scipy.special import expit
+
+        p = self.decision_function(X).map_blocks(expit, dtype=np.float64)
+        return da.stack([1.0 - p, p], axis=1)
+
+    def predict(self, X):
+        if not _lazy(X):
+            return super().predict(X)
+        classes = self.classes_
+        return self.decision_function(X).map_blocks(
+            lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype
+        )
+
+    def to_local(self) -> LogisticRegression:
+        """The fitted ``snapfit.LogisticRegression`` with the same coefficients (no client)."""
+        check_is_fitted(self)
+        params = {k: v for k, v in self.get_params().items() if k != "client"}
+        est = LogisticRegression(**params)
+        for name in ("coef_", "intercept_", "classes_", "n_features_in_", "n_iter_"):
+            setattr(est, name, getattr(self, name).copy() if name != "n_features_in_"
+                    else self.n_features_in_)  # fmt: skip
+        est.history_ = [dict(h) for h in self.history_]
+        return est
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["client"] = None  # a client does not travel
+        return state
+
+
+def _predict_dataset(X):
+    """Parquet paths as a Dataset that may be unlabelled (prediction needs no labels)."""
+    from snapfit.data import Dataset
+
+    return Dataset(X, require_labels=False) if _is_paths(X) else None
+
+
+def _is_paths(X) -> bool:
+    return isinstance(X, (str, os.PathLike)) or (
+        isinstance(X, (list, tuple))
+        and bool(X)
+        and all(isinstance(p, (str, os.PathLike)) for p in X)
+    )
+
+
+def _lazy(X) -> bool:
+    """Whether predictions of ``X`` come back as dask arrays (dask input or Parquet paths)."""
+    return _is_dask_collection(X) or _is_paths(X)
+
+
+def _n_jobs(n_jobs: int) -> int:
+    if n_jobs < 0:
+        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return int(n_jobs)
+
+
+def _decision_block(x, coef, intercept):
+    import scipy.sparse as sp
+
+    if sp.issparse(x):
+        return np.asarray(x @ coef).ravel() + intercept
+    return np.asarray(x) @ coef + intercept
+
+
+def _rowgroup_decision(dataset, k: int, coef, intercept) -> np.ndarray:
+    from snapfit.scoring import chunk_scores
+
+    return chunk_scores(coef, intercept, dataset.read_chunk(k))
+
+
+def _parquet_decision(dataset, coef, intercept):
+    """A dask array with one block per row group, each read and scored by a worker."""
+    import dask
+    import dask.array as da
+
+    score = dask.delayed(_rowgroup_decision, pure=True)
+    blocks = [
+        da.from_delayed(score(dataset, k, coef, intercept), shape=(ref.n_rows,), dtype=np.float64)
+        for k, ref in enumerate(dataset.chunks)
+    ]
+    return da.concatenate(blocks)
+
+
+def fit(client, data, y=None, **params) -> DaskLogisticRegression:
+    """``DaskLogisticRegression(client=client, **params).fit(data, y)``."""
+    return DaskLogisticRegression(client=client, **params).fit(data, y)
+
+
+@contextlib.contextmanager
+def cluster_client(scheduler: str | None = None, n_workers: int | None = None, *,
+                   threads_per_worker: int | None = None, timeout: float = 60.0):  # fmt: skip
+    """A ``distributed.Client`` for the CLI: to ``scheduler`` (``tcp://HOST:PORT``) or else to a
+    new local cluster of ``n_workers`` processes (``LocalCUDACluster``, one worker per GPU, when
+    a GPU and dask-cuda are present). Closes what it started."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        with Client(scheduler, timeout=timeout) as client:
+            yield client
+        return
+    cluster = None
+    if _gpus_present():
+        try:
+            from dask_cuda import LocalCUDACluster
+
+            cluster = LocalCUDACluster(n_workers=n_workers)
+        except ImportError:
+            cluster = None
+    if cluster is None:
+        if threads_per_worker is None:
+            threads_per_worker = max(1, (os.cpu_count() or 1) // max(1, n_workers or 1))
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                               processes=True)  # fmt: skip
+    with cluster, Client(cluster, timeout=timeout) as client:
+        yield client
+
+
+def _gpus_present() -> bool:
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # noqa: BLE001 - no driver, no toolkit: no GPU
+        return False
