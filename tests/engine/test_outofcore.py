@@ -78,7 +78,7 @@ print("epochs", clf.n_iter_[0])
 
 def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(big_parquet, tmp_path):
     ckpt = tmp_path / "ckpt"
-    epochs = 6
+    epochs = 10  # long enough that the kill lands mid-run on a busy machine
     _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy")
     proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", wait=False)
     target = ckpt / "checkpoint.snapfit"
