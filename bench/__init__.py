@@ -1,0 +1,1 @@
+"""snapfit benchmarks: ``python -m bench --quick`` (see ``bench/run.py``)."""

@@ -1,0 +1,158 @@
+"""Benchmark data sets, made once under ``bench/data/`` (git-ignored) and reused.
+
+Every set is a directory holding ``train.npz`` and ``test.npz`` (scipy CSR, float32, plus
+labels in {0, 1}), ``train.parquet`` (the training rows in snapfit's format, for out-of-core
+fits) and ``meta.json``. Four kinds, all seeded:
+
+* ``criteo-like``: ``make_criteo_like`` rows; the test rows are the blocks that follow the
+  training rows (same seed, hence the same planted model and hashing);
+* ``criteo-tsv``: ``make_criteo_like_tsv`` written as raw Criteo TSV, then ``convert``-ed (the
+  path a real Criteo day takes), last sixth held out;
+* ``onehot-svm``: categorical fields one-hot encoded, written by scikit-learn's
+  ``dump_svmlight_file`` and ``convert``-ed, last sixth held out;
+* ``tiny``: a small Criteo-like set on which every system converges, for the objective check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+from snapfit.data import Dataset
+from snapfit.data.writer import write_parquet
+from snapfit.datasets.convert import convert
+from snapfit.datasets.criteo_hash import rows_to_csr
+from snapfit.datasets.criteo_like import (
+    BLOCK,
+    _block_rows,
+    make_criteo_like,
+    make_criteo_like_tsv,
+)
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+HASH_BITS = 20
+
+
+def save_xy(path: str, X, y) -> None:
+    X = sp.csr_matrix(X)
+    np.savez(path, data=X.data, indices=X.indices, indptr=X.indptr, shape=X.shape, y=y)
+
+
+def load_xy(path: str):
+    """(CSR float32 with int32 indices, labels in {0, 1} as int8)."""
+    z = np.load(path)
+    X = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+    return X, z["y"]
+
+
+def _criteo_like_test(n_train: int, n_test: int, seed: int):
+    """Rows of the blocks after the training rows: same seed, no row shared."""
+    first = (n_train + BLOCK - 1) // BLOCK
+    parts, labels = [], []
+    for b in range(first, first + (n_test + BLOCK - 1) // BLOCK):
+        lab, ints, ip, tok, cp = _block_rows(seed, b, BLOCK)
+        indptr, idx, val = rows_to_csr(ints, ip, tok, cp, HASH_BITS)
+        parts.append(sp.csr_matrix((val, idx, indptr), shape=(len(lab), 1 << HASH_BITS)))
+        labels.append(lab)
+    return sp.vstack(parts, format="csr")[:n_test], np.concatenate(labels)[:n_test]
+
+
+def _onehot(rows: int, seed: int, fields: int = 26):
+    """Categorical fields with Zipf-like value frequencies and a planted logistic model."""
+    rng = np.random.default_rng(seed)
+    card = np.unique(np.geomspace(4, 200_000, fields).astype(np.int64))
+    offsets = np.r_[0, np.cumsum(card)]
+    cols = np.empty((rows, len(card)), np.int64)
+    for f, k in enumerate(card):
+        cols[:, f] = np.minimum(np.exp(rng.random(rows) * np.log(k + 1)), k).astype(np.int64) - 1
+    cols += offsets[:-1]
+    w = rng.normal(0.0, 0.6, offsets[-1])
+    logit = -1.5 + w[cols].sum(1)
+    y = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int8)
+    indptr = np.arange(0, rows * len(card) + 1, len(card))
+    X = sp.csr_matrix(
+        (np.ones(cols.size, np.float32), cols.ravel(), indptr), shape=(rows, offsets[-1])
+    )
+    return X, y
+
+
+def _read_parquet_csr(path: str):
+    ds = Dataset(path)
+    chunks = list(ds.iter_chunks())
+    X = sp.vstack(
+        [
+            sp.csr_matrix(
+                (
+                    c.values if c.values is not None else np.ones(c.nnz, np.float32),
+                    c.indices,
+                    c.indptr,
+                ),
+                shape=(c.n_rows, ds.n_features),
+            )  # fmt: skip
+            for c in chunks
+        ],
+        format="csr",
+    )
+    y = (np.concatenate([c.y for c in chunks]) > 0).astype(np.int8)
+    return X, y
+
+
+def _split(X, y, n_test: int):
+    n = X.shape[0] - n_test
+    return (X[:n], y[:n]), (X[n:], y[n:])
+
+
+def make_set(kind: str, rows: int, *, seed: int = 0, log=print) -> str:
+    """Directory of set ``kind`` with ``rows`` training rows; made if missing."""
+    name = f"{kind}-{rows}"
+    out = os.path.join(DATA_DIR, name)
+    if os.path.exists(os.path.join(out, "meta.json")):
+        return out
+    os.makedirs(out, exist_ok=True)
+    n_test = max(rows // 5, 1000)
+    log(f"making {name} ...")
+    if kind in ("criteo-like", "tiny"):
+        Xtr, ytr = make_criteo_like(rows, seed=seed, hash_bits=HASH_BITS)
+        Xte, yte = _criteo_like_test(rows, n_test, seed)
+    elif kind == "criteo-tsv":
+        tsv = os.path.join(out, "raw.tsv")
+        make_criteo_like_tsv(tsv, rows + n_test, seed=seed + 7, force=True)
+        pq_all = os.path.join(out, "converted.parquet")
+        convert(tsv, pq_all, format="criteo", hash_bits=HASH_BITS, force=True)
+        os.remove(tsv)
+        (Xtr, ytr), (Xte, yte) = _split(*_read_parquet_csr(pq_all), n_test)
+        os.remove(pq_all)
+    elif kind == "onehot-svm":
+        from sklearn.datasets import dump_svmlight_file
+
+        X, y = _onehot(rows + n_test, seed)
+        svm = os.path.join(out, "raw.svm")
+        dump_svmlight_file(X, y, svm, zero_based=True)
+        pq_all = os.path.join(out, "converted.parquet")
+        convert(svm, pq_all, format="svmlight", zero_based=True, force=True)
+        os.remove(svm)
+        (Xtr, ytr), (Xte, yte) = _split(*_read_parquet_csr(pq_all), n_test)
+        os.remove(pq_all)
+    else:
+        raise ValueError(f"unknown data set kind {kind!r}")
+    Xtr, Xte = sp.csr_matrix(Xtr, dtype=np.float32), sp.csr_matrix(Xte, dtype=np.float32)
+    Xtr.indices = Xtr.indices.astype(np.int32)
+    Xte.indices = Xte.indices.astype(np.int32)
+    save_xy(os.path.join(out, "train.npz"), Xtr, ytr)
+    save_xy(os.path.join(out, "test.npz"), Xte, yte)
+    write_parquet(os.path.join(out, "train.parquet"), Xtr, ytr, force=True)
+    meta = {
+        "name": name, "kind": kind, "rows": int(Xtr.shape[0]), "test_rows": int(Xte.shape[0]),
+        "n_features": int(Xtr.shape[1]), "nnz": int(Xtr.nnz), "positive_rate": float(ytr.mean()),
+    }  # fmt: skip
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return out
+
+
+def meta_of(path: str) -> dict:
+    with open(os.path.join(path, "meta.json")) as f:
+        return json.load(f)

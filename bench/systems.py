@@ -1,0 +1,329 @@
+"""Every benchmarked system behind one call, run in its own process for a clean peak RSS.
+
+``python -m bench.systems SPEC_JSON`` runs one job and prints one JSON line; ``run_job`` in the
+parent starts that process and reads the line. A job names a system, a data set directory,
+``C`` and a mode:
+
+* ``converge``: one fit with the system's own stopping rule (``tol``, ``max_iter``);
+* ``curve``: snapfit only; the engine's epoch callback copies ``w`` after every epoch and the
+  test log loss of each copy is computed after the fit, so evaluation costs no fit time;
+* ``fixed``: one fit with ``max_iter`` (``passes`` for VW) and ``tol=0``, for the sweeps.
+
+All systems minimise snapfit's objective ``1/2 ||w||^2 + 1/2 b^2 + C sum_i log(1+exp(-y_i
+(w.x_i + b)))`` (the intercept a regularized constant feature, as in liblinear): snapfit,
+snap ML (``regularizer=1/C``, ``fit_intercept=True`` appends a constant feature) and liblinear
+natively; lbfgs and saga (which leave the intercept unpenalized) get a column of ones and
+``fit_intercept=False``; VW gets a constant feature, ``--noconstant`` and ``--bfgs --l2 1/C``.
+``primal`` is recomputed here with one formula for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+SYSTEMS = (
+    "snapfit-1", "snapfit-2", "snapfit-ooc", "snapml-1", "snapml-2",
+    "liblinear", "saga", "lbfgs", "vw",
+)  # fmt: skip
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def margins(X, y01, w: np.ndarray, b: float) -> np.ndarray:
+    return np.where(y01 > 0, 1.0, -1.0) * (X @ w + b)
+
+
+def primal(X, y01, w, b, C: float) -> float:
+    m = margins(X, y01, w, b)
+    return float(0.5 * (w @ w + b * b) + C * np.logaddexp(0.0, -m).sum())
+
+
+def logloss(X, y01, w, b) -> float:
+    return float(np.logaddexp(0.0, -margins(X, y01, w, b)).mean())
+
+
+def _seed0() -> int:
+    from sklearn.utils import check_random_state
+
+    return int(check_random_state(0).randint(np.iinfo(np.int32).max))
+
+
+def _warm_numba() -> None:
+    """Compile snapfit's kernels before timing (the on-disk numba cache makes this short)."""
+    import snapfit
+
+    X = sp.random(200, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    snapfit.LogisticRegression(max_iter=2, n_jobs=2).fit(X, np.arange(200) % 2)
+
+
+def _snapfit_source(spec, X, y):
+    from snapfit.engine import InMemorySource
+    from snapfit.estimator import _csr_chunks
+
+    if spec["system"] == "snapfit-ooc":
+        from snapfit.data import Dataset
+        from snapfit.stream.choose import source_for_dataset
+
+        ds = Dataset(os.path.join(spec["set"], "train.parquet"))
+        src = source_for_dataset(ds, memory_budget=spec["budget"], n_jobs=spec["n_jobs"])
+        return src, src.make_state() if hasattr(src, "make_state") else None
+    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    return InMemorySource(_csr_chunks(X, y_pm, None, None), X.shape[1]), None
+
+
+def run_snapfit(spec, X, y) -> dict:
+    """The estimator's path (``estimator._fit_source``) with an epoch hook that keeps ``w``."""
+    from snapfit.engine import Problem, Trainer
+    from snapfit.engine import fit as engine_fit
+
+    _warm_numba()
+    C, keep = spec["C"], spec["mode"] == "curve"
+    snaps, times, hook = [], [], [0.0]
+    t0 = time.perf_counter()
+    source, state = _snapfit_source(spec, X, y)
+    problem = Problem(
+        n_features=source.n_features, c_pos=C, c_neg=C, bias=1.0, tol=spec.get("tol", 1e-4),
+        max_iter=spec.get("max_iter", 1000), n_jobs=spec["n_jobs"], seed=_seed0(),
+    )  # fmt: skip
+    tr = Trainer(source, problem, state=state)
+
+    def cb(rec):
+        h0 = time.perf_counter()
+        times.append(h0 - t0 - hook[0])
+        if keep:
+            snaps.append(tr.w.copy())
+        hook[0] += time.perf_counter() - h0
+        return rec.epoch >= spec.get("stop_epoch", 10**9)
+
+    try:
+        res = engine_fit(source, problem, trainer=tr, callbacks=[cb])
+    finally:
+        tr.close()
+        getattr(source, "close", lambda: None)()
+    fit_s = time.perf_counter() - t0 - hook[0]
+    hist = [r.as_dict() for r in res.history]
+    out = _common(fit_s, res.n_iter, res.w[:-1], float(res.w[-1]))
+    out.update(
+        epoch_s=float(np.median([h["seconds"] for h in hist])),
+        nnz_per_s=float(np.median([h["nnz_per_s"] for h in hist])),
+        primal_reported=hist[-1]["primal"], rel_gap=hist[-1]["rel_gap"],
+        gap_exact=hist[-1]["exact"], epoch_times=times, history=hist,
+    )  # fmt: skip
+    out["_snaps"] = snaps
+    return out
+
+
+def _common(fit_s, n_iter, w, b) -> dict:
+    return {"fit_s": fit_s, "n_iter": int(n_iter), "peak_rss_mb": peak_rss_mb(),
+            "_w": np.asarray(w, dtype=np.float64).ravel(), "_b": float(b)}  # fmt: skip
+
+
+def run_snapml(spec, X, y) -> dict:
+    from snapml import LogisticRegression
+
+    m = LogisticRegression(
+        regularizer=1.0 / spec["C"], dual=True, n_jobs=spec["n_jobs"], fit_intercept=True,
+        intercept_scaling=1.0, tol=spec.get("tol", 1e-4), max_iter=spec.get("max_iter", 1000),
+        random_state=0,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    m.fit(X, y)
+    fit_s = time.perf_counter() - t0
+    n_iter = int(np.ravel(m.n_iter_)[0])
+    out = _common(fit_s, n_iter, m.coef_, float(np.ravel(m.intercept_)[0]))
+    out.update(epoch_s=fit_s / n_iter, nnz_per_s=X.nnz * n_iter / fit_s)
+    return out
+
+
+def with_ones(X):
+    return sp.hstack([X, np.ones((X.shape[0], 1), X.dtype)], format="csr")
+
+
+def run_sklearn(spec, X, y) -> dict:
+    from sklearn.linear_model import LogisticRegression
+
+    solver = spec["system"]
+    aug = solver != "liblinear"  # lbfgs and saga do not penalize their own intercept
+    Xf = with_ones(X) if aug else X
+    m = LogisticRegression(
+        C=spec["C"], solver=solver, fit_intercept=not aug, intercept_scaling=1.0,
+        tol=spec.get("tol", 1e-4), max_iter=spec.get("max_iter", 1000), random_state=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        m.fit(Xf, y)
+        fit_s = time.perf_counter() - t0
+    coef = m.coef_.ravel()
+    w, b = (coef[:-1], coef[-1]) if aug else (coef, float(m.intercept_[0]))
+    n_iter = int(np.ravel(m.n_iter_)[0])
+    out = _common(fit_s, n_iter, w, b)
+    out.update(epoch_s=fit_s / max(n_iter, 1), nnz_per_s=X.nnz * n_iter / fit_s)
+    return out
+
+
+def vw_files(set_dir: str, X, y) -> str:
+    """``train.vw`` (VW text, features named by column, one constant feature) and its cache."""
+    path = os.path.join(set_dir, "train.vw")
+    if os.path.exists(path + ".cache"):
+        return path
+    const = X.shape[1]
+    with open(path + ".tmp", "w") as f:
+        for i in range(X.shape[0]):
+            a, b = X.indptr[i], X.indptr[i + 1]
+            feats = " ".join(
+                f"{j}:{v:.7g}" for j, v in zip(X.indices[a:b], X.data[a:b], strict=True)
+            )
+            f.write(f"{1 if y[i] > 0 else -1} |f {feats} {const}:1\n")
+    os.replace(path + ".tmp", path)
+    _vw(f"-d {path} --cache_file {path}.cache --passes 1 -b 21 --noconstant --quiet")
+    return path
+
+
+def _vw(args: str):
+    from vowpalwabbit import Workspace
+
+    ws = Workspace(args)
+    ws.run_parser()
+    return ws
+
+
+def vw_weights(ws, n_features: int) -> np.ndarray:
+    """Weights of features 0..n_features (the last is the constant), by VW's own hashing."""
+    ns = ws.hash_space("f")
+    idx = [ws.hash_feature(str(j), ns) for j in range(n_features + 1)]
+    return np.array([ws.get_weight(i) for i in idx])
+
+
+def run_vw(spec, X, y) -> dict:
+    path = vw_files(spec["set"], X, y)
+    passes = spec.get("max_iter", 50)
+    args = (
+        f"--cache_file {path}.cache --passes {passes} -b 21 --noconstant --bfgs "
+        f"--loss_function logistic --l2 {1.0 / spec['C']:.10g} --holdout_off --quiet"
+    )
+    if spec["mode"] == "fixed":
+        args += " --termination 0"
+    t0 = time.perf_counter()
+    ws = _vw(args)
+    fit_s = time.perf_counter() - t0
+    rss = peak_rss_mb()
+    wb = vw_weights(ws, X.shape[1])
+    ws.finish()
+    out = _common(fit_s, passes, wb[:-1], wb[-1])
+    out.update(peak_rss_mb=rss, epoch_s=fit_s / passes, nnz_per_s=X.nnz * passes / fit_s)
+    return out
+
+
+def fit_once(spec: dict, X, y) -> dict:
+    system = spec["system"]
+    if system.startswith("snapfit"):
+        return run_snapfit(spec, X, y)
+    if system.startswith("snapml"):
+        return run_snapml(spec, X, y)
+    if system == "vw":
+        return run_vw(spec, X, y)
+    return run_sklearn(spec, X, y)
+
+
+def sweep(spec: dict, X, y, Xte, yte) -> dict:
+    """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` test log loss:
+    doubling 1, 2, 4, ... then bisection; every fit's (max_iter, seconds, log loss) is kept.
+    Assumes the test log loss falls with ``max_iter`` (true here once past the first epochs)."""
+    points: dict[int, tuple[float, float]] = {}
+
+    def probe(k: int) -> bool:
+        out = fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
+        points[k] = (out["fit_s"], logloss(Xte, yte, out["_w"], out["_b"]))
+        return points[k][1] <= spec["target"]
+
+    k, cap = 1, spec.get("max_iter_cap", 256)
+    while not probe(k) and k < cap:
+        k *= 2
+    hit = points[k][1] <= spec["target"]
+    if hit and k > 1:
+        lo, hi = k // 2, k
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if probe(mid) else (mid, hi)
+        k = hi
+    out = {"points": sorted([kk, t, ll] for kk, (t, ll) in points.items()),
+           "k_star": k if hit else None, "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+    if hit:
+        runs = [fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
+                for _ in range(spec.get("repeats", 3))]  # fmt: skip
+        out["fit_s_all"] = [r["fit_s"] for r in runs]
+        out["fit_s"] = float(np.median(out["fit_s_all"]))
+        out["test_logloss"] = logloss(Xte, yte, runs[-1]["_w"], runs[-1]["_b"])
+        out["epoch_s"] = float(np.median([r["epoch_s"] for r in runs]))
+        out["nnz_per_s"] = float(np.median([r["nnz_per_s"] for r in runs]))
+    return out
+
+
+def run(spec: dict) -> dict:
+    """One job in this process (``repeats`` fits, default 3); see the module docstring."""
+    from bench.sets import load_xy
+
+    X = y = None
+    if spec["system"] != "snapfit-ooc" or spec["mode"] == "sweep":
+        X, y = load_xy(os.path.join(spec["set"], "train.npz"))
+    base_rss = peak_rss_mb()
+    if spec["mode"] == "sweep":
+        Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
+        return {**sweep(spec, X, y, Xte, yte), "data_rss_mb": base_rss, "spec": spec}
+    # Only the first run keeps per-epoch copies of w (curve mode); the others time the same path.
+    again = {**spec, "mode": "converge"}
+    runs = [fit_once(spec, X, y)] + [
+        fit_once(again, X, y) for _ in range(spec.get("repeats", 3) - 1)
+    ]
+    out = runs[0]
+    out["data_rss_mb"] = base_rss
+    out["fit_s_all"] = [r["fit_s"] for r in runs]
+    out["fit_s"] = float(np.median(out["fit_s_all"]))
+    for key in ("epoch_s", "nnz_per_s"):
+        out[key] = float(np.median([r[key] for r in runs]))
+    if "epoch_times" in out:  # snapfit: seconds since fit start at each epoch end, per run
+        out["epoch_times_all"] = [r["epoch_times"] for r in runs]
+        n = min(len(t) for t in out["epoch_times_all"])
+        out["epoch_times"] = np.median([t[:n] for t in out["epoch_times_all"]], 0).tolist()
+    if X is None:
+        X, y = load_xy(os.path.join(spec["set"], "train.npz"))
+    Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
+    w, b = out.pop("_w"), out.pop("_b")
+    out["primal"] = primal(X, y, w, b, spec["C"])
+    out["test_logloss"] = logloss(Xte, yte, w, b)
+    snaps = out.pop("_snaps", None)
+    if snaps:
+        out["curve_logloss"] = [logloss(Xte, yte, s[:-1], s[-1]) for s in snaps]
+    out["spec"] = spec
+    return out
+
+
+def run_job(spec: dict, timeout: float = 3600) -> dict:
+    """``run(spec)`` in a fresh interpreter (peak RSS per system); errors come back as data."""
+    cmd = [sys.executable, "-m", "bench.systems", json.dumps(spec)]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s", "spec": spec}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return {"error": " | ".join(tail) or f"exit {p.returncode}", "spec": spec}
+    return json.loads(lines[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(json.loads(sys.argv[1]))), flush=True)
