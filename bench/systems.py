@@ -120,6 +120,7 @@ def run_snapfit(spec, X, y) -> dict:
         primal_reported=hist[-1]["primal"], rel_gap=hist[-1]["rel_gap"],
         gap_exact=hist[-1]["exact"], epoch_times=times, history=hist,
     )  # fmt: skip
+    out["source"] = type(source).__name__
     out["_snaps"] = snaps
     return out
 
@@ -156,9 +157,10 @@ def run_sklearn(spec, X, y) -> dict:
     solver = spec["system"]
     aug = solver != "liblinear"  # lbfgs and saga do not penalize their own intercept
     Xf = with_ones(X) if aug else X
+    tol = spec.get("tol", 1e-4) or 1e-300  # liblinear refuses tol=0
     m = LogisticRegression(
         C=spec["C"], solver=solver, fit_intercept=not aug, intercept_scaling=1.0,
-        tol=spec.get("tol", 1e-4), max_iter=spec.get("max_iter", 1000), random_state=0,
+        tol=tol, max_iter=spec.get("max_iter", 1000), random_state=0,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -213,8 +215,8 @@ def run_vw(spec, X, y) -> dict:
         f"--cache_file {path}.cache --passes {passes} -b 21 --noconstant --bfgs "
         f"--loss_function logistic --l2 {1.0 / spec['C']:.10g} --holdout_off --quiet"
     )
-    if spec["mode"] == "fixed":
-        args += " --termination 0"
+    if spec["mode"] == "fixed" or "termination" in spec:
+        args += f" --termination {spec.get('termination', 0)}"
     t0 = time.perf_counter()
     ws = _vw(args)
     fit_s = time.perf_counter() - t0
@@ -284,10 +286,19 @@ def run(spec: dict) -> dict:
         return {**sweep(spec, X, y, Xte, yte), "data_rss_mb": base_rss, "spec": spec}
     # Only the first run keeps per-epoch copies of w (curve mode); the others time the same path.
     again = {**spec, "mode": "converge"}
-    runs = [fit_once(spec, X, y)] + [
-        fit_once(again, X, y) for _ in range(spec.get("repeats", 3) - 1)
-    ]
+    runs = [fit_once(spec, X, y)]
+    if "target" in spec:  # time to target: later runs stop at the first epoch that reached it
+        Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
+        runs[0]["curve_logloss"] = [logloss(Xte, yte, s[:-1], s[-1]) for s in runs[0]["_snaps"]]
+        hits = [e for e, ll in enumerate(runs[0]["curve_logloss"], 1) if ll <= spec["target"]]
+        runs[0]["k_star"] = hits[0] if hits else None
+        again["stop_epoch"] = hits[0] if hits else spec.get("max_iter", 1000)
+    runs += [fit_once(again, X, y) for _ in range(spec.get("repeats", 3) - 1)]
     out = runs[0]
+    if out.get("k_star"):
+        k = out["k_star"]
+        out["tt_target_all"] = [r["epoch_times"][k - 1] for r in runs]
+        out["tt_target_s"] = float(np.median(out["tt_target_all"]))
     out["data_rss_mb"] = base_rss
     out["fit_s_all"] = [r["fit_s"] for r in runs]
     out["fit_s"] = float(np.median(out["fit_s_all"]))
@@ -296,7 +307,7 @@ def run(spec: dict) -> dict:
     if "epoch_times" in out:  # snapfit: seconds since fit start at each epoch end, per run
         out["epoch_times_all"] = [r["epoch_times"] for r in runs]
         n = min(len(t) for t in out["epoch_times_all"])
-        out["epoch_times"] = np.median([t[:n] for t in out["epoch_times_all"]], 0).tolist()
+        out["epoch_times_median"] = np.median([t[:n] for t in out["epoch_times_all"]], 0).tolist()
     if X is None:
         X, y = load_xy(os.path.join(spec["set"], "train.npz"))
     Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
@@ -304,7 +315,7 @@ def run(spec: dict) -> dict:
     out["primal"] = primal(X, y, w, b, spec["C"])
     out["test_logloss"] = logloss(Xte, yte, w, b)
     snaps = out.pop("_snaps", None)
-    if snaps:
+    if snaps and "curve_logloss" not in out:
         out["curve_logloss"] = [logloss(Xte, yte, s[:-1], s[-1]) for s in snaps]
     out["spec"] = spec
     return out

@@ -1,0 +1,139 @@
+"""Time to target test log loss: snapfit vs snap ML (1 and 2 threads) vs liblinear, one run.
+
+    python -m bench.bench_solver --rows 4000000 [--C 0.1] [--repeats 3]
+
+Target: the test log loss of a tightly converged reference fit (snapfit, one thread,
+``tol=1e-8``) plus ``1e-4``. snapfit records ``w`` after every epoch through the engine's
+callback (the copy's time is excluded) and the test log loss of each copy is computed after the
+fit; its time to target is the fit clock at the end of the first epoch whose model reaches the
+target (set-up included, as in the others' ``fit``). snap ML and liblinear have no epoch hook:
+``max_iter`` is swept (1, 2, 4, ..., then bisection) with ``tol=0`` and the time is that of the
+smallest ``max_iter`` that reaches the target. Every time is the median of ``--repeats`` fits,
+all systems in the same invocation, so the ratios share the machine's conditions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from bench.sets import make_set, meta_of
+from bench.systems import run_job
+
+CURVE = ("snapfit-1", "snapfit-2", "snapfit-ooc")
+SWEEP = ("snapml-1", "snapml-2", "liblinear")
+
+
+def budget_of(set_dir: str, frac: float = 0.2, n_jobs: int = 2) -> dict:
+    """``frac`` of the decoded training data, raised to the engine's minimum (``w`` views plus
+    two read buffers) when that is larger, with the fraction it really is."""
+    from snapfit.data import Dataset
+    from snapfit.stream.budget import chunk_nbytes, fixed_nbytes
+    from snapfit.stream.choose import _file_flags
+
+    ds = Dataset(f"{set_dir}/train.parquet")
+    has_values, has_weight = _file_flags(ds)
+    sizes = [chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks]
+    minimum = fixed_nbytes(ds.n_features, n_jobs) + 2 * max(sizes)
+    budget = max(int(frac * sum(sizes)), int(1.05 * minimum))
+    return {"budget": budget, "data_bytes": sum(sizes), "frac": budget / sum(sizes),
+            "raised_to_minimum": budget > frac * sum(sizes)}  # fmt: skip
+
+
+def marginal_epoch_s(points) -> float | None:
+    """Least-squares slope of fit seconds over ``max_iter``: seconds per extra iteration."""
+    if len(points) < 2:
+        return None
+    k = np.array([p[0] for p in points], float)
+    t = np.array([p[1] for p in points], float)
+    return float(np.polyfit(k, t, 1)[0])
+
+
+def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float = 1e-4,
+                   systems=CURVE + SWEEP, log=print) -> dict:  # fmt: skip
+    meta = meta_of(set_dir)
+    log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
+    ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="converge", n_jobs=1,
+                       tol=1e-8, max_iter=3000, repeats=1))  # fmt: skip
+    if "error" in ref:
+        raise RuntimeError(f"reference fit failed: {ref['error']}")
+    optimum = ref["test_logloss"]
+    target = optimum + delta
+    out = {"set": meta, "C": C, "delta": delta, "repeats": repeats, "optimum": optimum,
+           "target": target, "reference": _slim(ref), "systems": {}}  # fmt: skip
+    out["budget"] = budget_of(set_dir)
+    for name in systems:
+        n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
+        spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target)
+        if name in CURVE:
+            spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["budget"])
+        else:
+            spec.update(mode="sweep", max_iter_cap=256 if name != "liblinear" else 64)
+        log(f"  {name} ...")
+        r = run_job(spec)
+        out["systems"][name] = _slim(r)
+        log(f"  {name}: {_line(r)}")
+    out["ratios"] = ratios(out["systems"], meta["nnz"])
+    path = out["systems"].get("snapfit-1", {}).get("curve_logloss") or [optimum]
+    out["best_path_logloss"] = min(path)
+    return out
+
+
+def _slim(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k not in ("history", "epoch_times_all")}
+
+
+def _line(r: dict) -> str:
+    if "error" in r:
+        return f"error: {r['error']}"
+    t = r.get("tt_target_s", r.get("fit_s"))
+    k = r.get("k_star")
+    return f"time to target {t if t is None else round(t, 2)} s at {k} iterations"
+
+
+def ratios(res: dict, nnz: int) -> dict:
+    """snapfit's best time over snap ML's best and liblinear's; epoch rates in nnz/s (snap ML's
+    both as ``nnz * k / fit time`` and from the slope of fit time over ``max_iter``)."""
+
+    def tt(name):
+        r = res.get(name, {})
+        return r.get("tt_target_s") or (r.get("fit_s") if r.get("k_star") else None)
+
+    snap = [t for t in (tt("snapfit-1"), tt("snapfit-2")) if t]
+    ml = [t for t in (tt("snapml-1"), tt("snapml-2")) if t]
+    out = {}
+    if snap and ml:
+        out["snapfit_best_over_snapml_best"] = min(snap) / min(ml)
+    if snap and tt("liblinear"):
+        out["snapfit_best_over_liblinear"] = min(snap) / tt("liblinear")
+    s1, m1 = res.get("snapfit-1", {}), res.get("snapml-1", {})
+    if s1.get("nnz_per_s") and m1.get("nnz_per_s"):
+        out["snapfit1_nnz_per_s"] = s1["nnz_per_s"]
+        out["snapml1_nnz_per_s"] = m1["nnz_per_s"]
+        out["snapfit1_over_snapml1_rate"] = s1["nnz_per_s"] / m1["nnz_per_s"]
+        slope = marginal_epoch_s(m1.get("points", []))
+        if slope and slope > 0:
+            out["snapml1_nnz_per_s_marginal"] = nnz / slope
+            out["snapfit1_over_snapml1_marginal_rate"] = s1["nnz_per_s"] * slope / nnz
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--C", type=float, default=0.1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", default=None, help="write the results here")
+    a = ap.parse_args(argv)
+    res = time_to_target(make_set("criteo-like", a.rows), C=a.C, repeats=a.repeats)
+    text = json.dumps(res, indent=1)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text)
+    print(json.dumps(res["ratios"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
