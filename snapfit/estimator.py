@@ -33,6 +33,7 @@ from snapfit.engine.checkpoint import (
     problem_params,
     source_layout,
 )
+from snapfit.gpu import interop, resolve_device
 from snapfit.solvers import cpu
 from snapfit.stream.choose import source_for_dataset
 
@@ -205,6 +206,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         dataset = _as_dataset(X)
         if dataset is not None:
             return self._fit_dataset(dataset, y, sample_weight)
+        if interop.is_device_input(X):
+            return self._fit_device(X, y, sample_weight)
         X, y = validate_data(
             self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
         )
@@ -237,6 +240,31 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             source, c_neg=self.C * cw[0], c_pos=self.C * cw[1], rows_key=rows_key
         )
 
+    def _fit_device(self, X, y, sample_weight):
+        """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
+        labels and weights (n values) come to the host. Trains on the GPU alone."""
+        if self.device == "cpu":
+            raise ValueError(
+                "X is a GPU array but device='cpu'; use device='gpu' or 'auto', or copy X to "
+                "the host (e.g. X.get())."
+            )
+        y = interop.to_host(y)
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if len(classes) != 2:
+            raise ValueError(f"Only binary classification is supported; y has classes {classes}.")
+        self.classes_ = classes
+        y_pm = np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
+        weight = None
+        if sample_weight is not None:
+            weight = interop.to_host(sample_weight).astype(np.float32)
+        cw = compute_class_weight(self.class_weight, classes=classes, y=y, sample_weight=weight)
+        chunk, d = interop.device_chunk(X, y_pm, weight)
+        self.n_features_in_ = d
+        source = interop.DeviceSource([chunk], d)
+        source.device_resident = True
+        return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+
     def _fit_dataset(self, dataset, y, sample_weight):
         if y is not None or sample_weight is not None:
             raise ValueError(
@@ -265,13 +293,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             getattr(source, "close", lambda: None)()
 
     def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_key: str | None = None):
-        if self.device == "gpu":
-            from snapfit.errors import ResourceError
-
-            raise ResourceError(
-                "device='gpu' was requested but snapfit found no usable GPU; use device='cpu' "
-                "or device='auto'."
-            )
+        # "gpu" without a GPU is a ResourceError; "auto" falls back to the CPU with one log line.
+        device = resolve_device(self.device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
         problem = Problem(
@@ -291,10 +314,22 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         callbacks += options.get("callbacks", [])
         checkpoint = self._checkpointer(source, problem, options)
         state = source.make_state() if hasattr(source, "make_state") else None
-        result = fit(
-            source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks,
-            state=state, checkpoint=checkpoint,
-        )  # fmt: skip
+        trainer = None
+        if device == "gpu":
+            from snapfit.gpu import make_trainer
+
+            warm = warm_w
+            if warm is None and warm_alpha is not None:  # the GPU node warm-starts from w
+                warm = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+            trainer = make_trainer(source, problem, warm_w=warm)
+        try:
+            result = fit(
+                source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks,
+                trainer=trainer, state=state, checkpoint=checkpoint,
+            )  # fmt: skip
+        finally:
+            if trainer is not None:
+                trainer.close()
         self._dual = (result.alpha, float(c_pos), float(c_neg), rows_key)
         d = source.n_features
         self.coef_ = result.w[:d].reshape(1, d).copy()
@@ -351,6 +386,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """Signed distance ``w.x + b``; positive means ``classes_[1]``."""
         check_is_fitted(self)
+        if interop.is_device_input(X):
+            return interop.decision_function(X, self.coef_.ravel(), float(self.intercept_[0]))
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
         if not sp.issparse(X):
             return X @ self.coef_.ravel() + self.intercept_[0]

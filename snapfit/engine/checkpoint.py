@@ -128,6 +128,7 @@ class Checkpointer:
 
     def save(self, trainer, *, converged: bool = False) -> None:
         os.makedirs(self.directory, exist_ok=True)
+        getattr(trainer, "sync_alpha", lambda: None)()  # device-resident alpha back to the host
         w = np.ascontiguousarray(trainer.w, dtype=np.float64)
         alpha = trainer.state.alpha
         crc = zlib.crc32(w.view(np.uint8).data)

@@ -292,6 +292,7 @@ def fit(
                     )
                 if converged or stop:
                     break
+        getattr(tr, "sync_alpha", lambda: None)()  # device-resident alpha back to the host
         return FitResult(
             w=tr.w.copy(),
             n_iter=tr.epoch,

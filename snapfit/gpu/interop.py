@@ -51,6 +51,15 @@ def as_device_array(x):
     return FakeCUDAArray(np.asarray(_HostView(x, x.__cuda_array_interface__)))
 
 
+def to_host(x) -> np.ndarray:
+    """A small device vector (labels, weights) copied to the host; host input passes through.
+
+    CuPy arrays expose ``__cuda_array_interface__`` too, so this one path serves them."""
+    if is_cuda_array(x):
+        return np.asarray(as_device_array(x).copy_to_host())
+    return np.asarray(x)
+
+
 def is_cuda_csr(x) -> bool:
     """A CSR matrix whose three arrays live on the device (e.g. ``cupyx.scipy.sparse``)."""
     return (

@@ -8,13 +8,14 @@ import scipy.sparse as sp
 
 from snapfit.data.chunk import Chunk
 from snapfit.engine import InMemorySource, Problem, fit
+from snapfit.gpu import SIMULATOR_LAUNCH
 
 # The simulator's barriers hand the GIL between threads; the default 5 ms switch interval made
 # every syncthreads() wait for it (a pass ran ~7x slower).
 sys.setswitchinterval(1e-4)
 
 # Launch geometry the simulator can afford: 16 threads, 2 per row, 8 rows in flight.
-SIM_GPU = {"block": 16, "team": 2, "max_blocks": 1}
+SIM_GPU = SIMULATOR_LAUNCH
 
 
 def make_problem_data(n=64, d=12, *, weights=False, ones=False, seed=1):

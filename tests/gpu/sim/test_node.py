@@ -18,11 +18,18 @@ def _fit(chunks, problem, **kw):
     options = dict(SIM_GPU, **kw.pop("gpu_options", {}))
     source = InMemorySource(chunks, problem.n_features)
     tr = HeteroTrainer(source, problem, gpu_options=options, **kw)
+    during = {}
+
+    def look(rec):
+        # where alpha lives during training (fit brings it all home at the end)
+        during["on_device"] = set(tr.gpu.on_device)
+
     try:
-        result = fit(source, problem, trainer=tr)
+        result = fit(source, problem, trainer=tr, callbacks=[look])
         seen = {
             "resident": set(tr.gpu.resident),
-            "on_device": set(tr.gpu.on_device),
+            "on_device": during["on_device"],
+            "home_after_fit": not tr.gpu.on_device,
             "slots_used": [s.device is not None for s in tr.gpu.slots],
             "sigma": tr.sigma,
         }
@@ -42,7 +49,7 @@ def test_gpu_unit_alone(small):
     X, y, w, problem, ref = small
     result, tr = _fit(split_chunks(X, y, w, 64), problem, n_cpu=0)
     _assert_same_optimum(result, ref)
-    assert tr["resident"] == {0} and tr["on_device"] == {0}
+    assert tr["resident"] == {0} and tr["on_device"] == {0} and tr["home_after_fit"]
 
 
 def test_streamed_through_a_budget_smaller_than_the_data(small):
