@@ -366,7 +366,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if self.coef_.shape[1] != source.n_features:
             return None, None
         prev = getattr(self, "_dual", None)
-        if prev is not None and rows_key is not None and prev[3] == rows_key:
+        if (
+            prev is not None
+            and prev[0] is not None
+            and rows_key is not None
+            and prev[3] == rows_key
+        ):
             alpha, old_pos, old_neg, _ = prev
             y_pos = np.concatenate([source.chunks[k].y for k in range(source.n_chunks)]) > 0
             # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r

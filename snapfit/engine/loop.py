@@ -298,7 +298,8 @@ def fit(
             n_iter=tr.epoch,
             converged=converged,
             history=tr.history,
-            alpha=np.array(tr.state.alpha),
+            # Kept for warm starts, unless it was spilled to disk to respect a memory budget.
+            alpha=None if getattr(tr.state, "spilled", False) else np.array(tr.state.alpha),
         )
     finally:
         if trainer is None:

@@ -43,6 +43,11 @@ class DualState:
         self.has_sqnorm = np.zeros(len(chunk_rows), dtype=bool)
 
     @property
+    def spilled(self) -> bool:
+        """True when the dual variables live in a memory-mapped file (outside the budget)."""
+        return self._spill is not None
+
+    @property
     def n_rows(self) -> int:
         return int(self.offsets[-1])
 
