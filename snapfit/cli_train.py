@@ -7,7 +7,6 @@ draws the curves. This module turns options into calls and results into text.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import re
@@ -178,11 +177,9 @@ class _Progress:
         return f"~{min(math.log(g1 / self.tol) / rate, cap):.0f}s"
 
     def update(self, rec: dict) -> None:
-        parts = [
-            f"{_si(rec['rows_per_s'])} rows/s",
-            f"{_si(rec['nnz_per_s'])} nnz/s",
-            f"gap {rec['rel_gap']:.2e}",
-        ]
+        parts = [f"{_si(rec[k])} {unit}" for k, unit in
+                 (("rows_per_s", "rows/s"), ("nnz_per_s", "nnz/s")) if k in rec]  # fmt: skip
+        parts.append(f"gap {rec['rel_gap']:.2e}")
         if rec.get("test_logloss") is not None:
             parts.append(f"test logloss {rec['test_logloss']:.5f}")
         parts.append(f"ETA {self.eta(rec)}")
@@ -197,26 +194,11 @@ def _record(rec) -> dict:
     return rec.as_dict() if hasattr(rec, "as_dict") else dict(rec)
 
 
-def _current_w(rec, extra):
-    """The model's weights at this epoch if the estimator's hook hands them over."""
-    for obj in (rec, *extra):
-        if hasattr(obj, "ndim") and hasattr(obj, "dtype"):
-            return obj
-        for name in ("w", "coef_"):
-            w = getattr(obj, name, None)
-            if w is not None:
-                return w
-    return None
-
-
-def _test_logloss(data, w, bias: float) -> float:
+def _test_logloss(data, coef, intercept: float) -> float:
     import numpy as np
 
     from snapfit.scoring import chunk_scores
 
-    w = np.asarray(w, dtype=np.float64).ravel()
-    d = data.n_features
-    coef, intercept = w[:d], (w[-1] * bias if len(w) > d else 0.0)
     loss = total = 0.0
     for chunk in data.iter_chunks():
         s = chunk_scores(coef, intercept, chunk)
@@ -226,25 +208,14 @@ def _test_logloss(data, w, bias: float) -> float:
     return loss / total
 
 
-def _fit(est, data, *, on_epoch, resume: bool):
-    """``est.fit(data)`` calling ``on_epoch(record, *extra)`` after every epoch.
+def _fit_on_dask(est, data, scheduler, workers, on_epoch):
+    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator."""
+    from snapfit.dask import DaskLogisticRegression, cluster_client
 
-    Uses the estimator's ``callbacks`` parameter when it has one; until then its ``verbose``
-    per-epoch hook (an instance attribute shadowing ``_print_epoch``) carries the record.
-    """
-    if "callbacks" in est.get_params():
-        est.set_params(callbacks=[on_epoch])
-    else:
-        est.set_params(verbose=1)
-        est._print_epoch = on_epoch
-    kwargs = {"resume": True} if resume else {}
-    return est.fit(data, **kwargs)
-
-
-def _supports(est, name: str) -> bool:
-    if name == "resume":
-        return "resume" in inspect.signature(est.fit).parameters
-    return name in est.get_params()
+    with cluster_client(scheduler=scheduler, n_workers=workers) as client:
+        dask_est = DaskLogisticRegression(client=client, **est.get_params())
+        dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None))
+        return dask_est.to_local()
 
 
 @click.command()
@@ -305,12 +276,16 @@ def _supports(est, name: str) -> bool:
     help="Save the solver state here after every epoch (and on Ctrl-C).",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
+@click.option("--scheduler", metavar="ADDRESS", default=None,
+              help="Train on a running Dask cluster (tcp://HOST:PORT).")  # fmt: skip
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Train on a new local Dask cluster of N worker processes.")  # fmt: skip
 @_JSON
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @_FORCE
 def train(
     data, test, out, C, device, n_jobs, memory_budget, chunk_rows, max_iter, tol, class_weight,
-    seed, checkpoint_dir, resume, json_path, quiet, force,
+    seed, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
 ):  # fmt: skip
     """Train a logistic regression model on DATA (Parquet file, directory or glob) and write
     it to MODEL."""
@@ -323,18 +298,19 @@ def train(
 
     if resume and not checkpoint_dir:
         raise click.UsageError("--resume needs --checkpoint-dir DIR (where the checkpoint is).")
+    if scheduler and workers:
+        raise click.UsageError("--scheduler and --workers exclude each other: use one.")
+    if (scheduler or workers) and (checkpoint_dir or test):
+        raise click.UsageError(
+            "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
+            "dual variables on the driver every round and is evaluated with `snapfit evaluate`."
+        )
     start = time.perf_counter()
     check_output(out, [p for p in (data, test) if p], force=force)
     est = LogisticRegression(
         C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
         memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
     )  # fmt: skip
-    for flag, name, wanted in (
-        ("--checkpoint-dir", "checkpoint_dir", checkpoint_dir),
-        ("--resume", "resume", resume),
-    ):
-        if wanted and not _supports(est, name):
-            raise click.UsageError(f"{flag} is not available yet in this snapfit version.")
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)
     train_data = Dataset(data)  # fail on a bad file before any work, with its name
@@ -347,11 +323,10 @@ def train(
     progress = _Progress(max_iter=max_iter, tol=tol, quiet=quiet)
     history: list[dict] = []
 
-    def on_epoch(rec, *extra):
+    def on_epoch(rec, coef, intercept):
         row = _record(rec)
-        w = _current_w(rec, extra)
-        if test_data is not None and w is not None:
-            row["test_logloss"] = _test_logloss(test_data, w, est.intercept_scaling)
+        if test_data is not None and coef is not None:
+            row["test_logloss"] = _test_logloss(test_data, coef, intercept)
         history.append(row)
         progress.update(row)
 
@@ -359,7 +334,10 @@ def train(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
-            _fit(est, data, on_epoch=on_epoch, resume=resume)
+            if scheduler or workers:
+                est = _fit_on_dask(est, data, scheduler, workers, on_epoch)
+            else:
+                est.fit(data, resume=resume, callbacks=[on_epoch])
     except KeyboardInterrupt:
         progress.close()
         if checkpoint_dir:

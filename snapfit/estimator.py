@@ -197,8 +197,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         ``classes_`` is ``[0, 1]`` and per-row weights come from its ``weight`` column.
 
         ``resume=True`` continues from the checkpoint in ``checkpoint_dir`` (if there is one;
-        one made with other data or parameters is refused). ``callbacks`` are called with each
-        epoch's ``snapfit.engine.EpochRecord``; one returning True stops the fit."""
+        one made with other data or parameters is refused). ``callbacks`` are called after each
+        epoch as ``cb(record, coef, intercept)`` with the ``snapfit.engine.EpochRecord`` and the
+        model so far (``coef`` is a read-only view: copy it to keep it); one returning True stops
+        the fit."""
         self._validate_params()
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
@@ -311,7 +313,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         # Per-call options of fit(); popped so the fitted estimator keeps no closures.
         options = self.__dict__.pop("_fit_options", {})
         callbacks = [self._print_epoch] if self.verbose else []
-        callbacks += options.get("callbacks", [])
+        d = source.n_features
+        callbacks += [_model_callback(cb, d, bias) for cb in options.get("callbacks", [])]
         checkpoint = self._checkpointer(source, problem, options)
         state = source.make_state() if hasattr(source, "make_state") else None
         trainer = None
@@ -331,7 +334,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if trainer is not None:
                 trainer.close()
         self._dual = (result.alpha, float(c_pos), float(c_neg), rows_key)
-        d = source.n_features
         self.coef_ = result.w[:d].reshape(1, d).copy()
         self.intercept_ = np.array([result.w[d] * bias])
         self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
@@ -379,7 +381,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0], None
 
     @staticmethod
-    def _print_epoch(rec) -> None:
+    def _print_epoch(rec, w=None) -> None:
         print(
             f"epoch {rec.epoch:4d}  primal {rec.primal:.8g}  rel_gap {rec.rel_gap:.3e}"
             f"{' (exact)' if rec.exact else ''}  {rec.seconds:.3f}s"
@@ -451,6 +453,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         sk.n_features_in_ = self.n_features_in_
         sk.n_iter_ = self.n_iter_.copy()
         return sk
+
+
+def _model_callback(cb, d: int, bias: float):
+    """Adapt a user callback ``cb(record, coef, intercept)`` to the engine's ``(record, w)``."""
+
+    def call(rec, w):
+        return cb(rec, w[:d], float(w[d] * bias))
+
+    return call
 
 
 def _rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:

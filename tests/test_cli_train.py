@@ -268,10 +268,58 @@ def test_help_lists_the_commands(run):
         assert name in res.output
 
 
-def test_checkpoint_dir_fails_clearly_until_the_estimator_has_it(files, tmp_path, run):
-    if "checkpoint_dir" in snapfit.LogisticRegression().get_params():
-        pytest.skip("the estimator saves checkpoints: covered by the estimator's tests")
+def test_checkpoint_dir_and_resume(files, tmp_path, run):
+    ck = tmp_path / "ck"
+    common = ("--C", "0.5", "--tol", "1e-9", "--seed", "1", "--checkpoint-dir", ck)
+    first = run("train", files["train"], "--out", tmp_path / "a.npz", "--max-iter", 3, *common)
+    assert first.exit_code == 0, first.output
+    assert (ck / "checkpoint.snapfit").exists()
+    more = run("train", files["train"], "--out", tmp_path / "b.npz", "--max-iter", 8, "--resume",
+               *common)  # fmt: skip
+    assert more.exit_code == 0, more.output
+    whole = run("train", files["train"], "--out", tmp_path / "c.npz", "--max-iter", 8,
+                "--C", "0.5", "--tol", "1e-9", "--seed", "1")  # fmt: skip
+    assert whole.exit_code == 0, whole.output
+    resumed, straight = snapfit.load(tmp_path / "b.npz"), snapfit.load(tmp_path / "c.npz")
+    assert resumed.n_iter_[0] == 8
+    np.testing.assert_array_equal(resumed.coef_, straight.coef_)
+    # other parameters than the checkpoint's: refused, one line, no model written
+    bad = run("train", files["train"], "--out", tmp_path / "d.npz", "--max-iter", 8, "--resume",
+              "--C", "2", "--tol", "1e-9", "--seed", "1", "--checkpoint-dir", ck)  # fmt: skip
+    assert bad.exit_code != 0 and "c_pos" in bad.output
+    _no_traceback(bad)
+    assert not (tmp_path / "d.npz").exists()
+
+
+def test_test_logloss_is_recorded_every_epoch(files):
+    doc = json.loads(files["json"].read_text())
+    losses = [h["test_logloss"] for h in doc["history"]]
+    assert len(losses) == len(doc["history"]) and all(0 < x < 1 for x in losses)
+    model = snapfit.load(files["model"])
+    p = model.predict_proba(files["test_X"])[:, 1]
+    assert abs(losses[-1] - log_loss(files["test_y"], p)) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "exclude each other"),
+        (["--workers", "2", "--checkpoint-dir", "ck"], "single-machine"),
+    ],
+)
+def test_dask_option_conflicts(files, tmp_path, run, args, message):
+    res = run("train", files["train"], "--out", tmp_path / "m.npz", *args)
+    assert res.exit_code == 2 and message in res.output
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_train_on_a_local_dask_cluster(files, tmp_path, run):
     out = tmp_path / "m.npz"
-    res = run("train", files["train"], "--out", out, "--checkpoint-dir", tmp_path / "ck")
-    assert res.exit_code == 2 and "not available yet" in res.output
-    assert not out.exists()
+    res = run("train", files["train"], "--out", out, "--workers", 2, "--C", "0.5",
+              "--tol", "1e-4", "--n-jobs", 1, "--quiet")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    dask_model = snapfit.load(out)
+    local = snapfit.LogisticRegression(C=0.5, tol=1e-8, max_iter=500).fit(str(files["train"]))
+    p = dask_model.predict_proba(files["test_X"])[:, 1]
+    q = local.predict_proba(files["test_X"])[:, 1]
+    assert abs(log_loss(files["test_y"], p) - log_loss(files["test_y"], q)) < 1e-3

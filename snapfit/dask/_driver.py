@@ -28,6 +28,7 @@ import numpy as np
 
 from snapfit.dask import _worker
 from snapfit.engine import Problem
+from snapfit.errors import ResourceError
 
 
 class WorkerLost(RuntimeError):
@@ -38,8 +39,8 @@ class WorkerLost(RuntimeError):
         super().__init__(f"lost worker(s) {', '.join(self.addresses)}: {cause or 'gone'}")
 
 
-class FitTimeoutError(TimeoutError):
-    """A step of the fit did not finish within ``timeout`` seconds."""
+class FitTimeoutError(ResourceError, TimeoutError):
+    """A step of the fit did not finish within ``timeout`` seconds (CLI: the resource exit)."""
 
 
 def alive_workers(client, timeout: float) -> dict[str, int]:

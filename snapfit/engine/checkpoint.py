@@ -27,14 +27,16 @@ import zlib
 import numpy as np
 
 from snapfit.engine.problem import EpochRecord, Problem
+from snapfit.errors import DataError
 
 MAGIC = b"SNAPFIT-CHECKPOINT 1\n"
 FILENAME = "checkpoint.snapfit"
 _SLICE = 1 << 22  # alpha is written and read in slices: it may be a 2 GB memory map
 
 
-class CheckpointMismatch(ValueError):
-    """A checkpoint exists but was made for other data or parameters."""
+class CheckpointMismatch(DataError):
+    """A checkpoint exists but was made for other data or parameters (a ValueError; the CLI
+    exits with the data-error code)."""
 
 
 def problem_params(problem: Problem) -> dict:

@@ -23,8 +23,9 @@ from snapfit.engine.state import DualState
 from snapfit.engine.workers import Item, ThreadGroup, bucket_order, plan_epoch
 from snapfit.solvers import cpu
 
-# A callback gets each epoch's record; returning True stops the fit after that epoch.
-Callback = Callable[[EpochRecord], "bool | None"]
+# A callback gets each epoch's record and the current w (n_features + 1 entries, the intercept
+# weight last; read-only: copy it to keep it); returning True stops the fit after that epoch.
+Callback = Callable[[EpochRecord, np.ndarray], "bool | None"]
 
 
 @dataclass
@@ -279,7 +280,7 @@ def fit(
                     tr.confirm(rec)
                     converged = rec.rel_gap <= problem.tol
                 tr.history.append(rec)
-                stop = any(cb(rec) for cb in callbacks)
+                stop = any([bool(cb(rec, tr.w)) for cb in callbacks])
                 interrupted = guard is not None and guard.signum is not None
                 if checkpoint is not None and (
                     interrupted or converged or stop or last or checkpoint.due(tr.epoch)

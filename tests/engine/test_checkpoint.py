@@ -71,7 +71,7 @@ def test_sigint_stops_at_epoch_end_with_a_checkpoint(tmp_path, data):
     X, y = data
     before = signal.getsignal(signal.SIGINT)
 
-    def interrupt(rec):
+    def interrupt(rec, coef, intercept):
         if rec.epoch == 3:
             os.kill(os.getpid(), signal.SIGINT)
 

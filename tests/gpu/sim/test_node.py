@@ -20,7 +20,7 @@ def _fit(chunks, problem, **kw):
     tr = HeteroTrainer(source, problem, gpu_options=options, **kw)
     during = {}
 
-    def look(rec):
+    def look(rec, w):
         # where alpha lives during training (fit brings it all home at the end)
         during["on_device"] = set(tr.gpu.on_device)
 
