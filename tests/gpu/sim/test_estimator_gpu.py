@@ -61,3 +61,14 @@ def test_device_csr_input_stays_on_the_device(data):
     assert_same_optimum(weighted, cpu)
     with pytest.raises(ValueError, match="device='cpu'"):
         snapfit.LogisticRegression(device="cpu").fit(FakeCupyCSR(X), y)
+
+
+def test_warm_start_on_the_gpu(data):
+    X, y = data
+    est = snapfit.LogisticRegression(device="gpu", tol=1e-9, max_iter=3, warm_start=True,
+                                     random_state=0)  # fmt: skip
+    with pytest.warns(Warning, match="max_iter"):
+        est.fit(X, y)
+    est.set_params(max_iter=500).fit(X, y)
+    cpu = snapfit.LogisticRegression(device="cpu", tol=1e-9, max_iter=500, random_state=0)
+    assert_same_optimum(est, cpu.fit(X, y))
