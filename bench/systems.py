@@ -69,7 +69,7 @@ def _warm_numba() -> None:
 
 def _snapfit_source(spec, X, y):
     from snapfit.engine import InMemorySource
-    from snapfit.estimator import _csr_chunks
+    from snapfit.inputs import csr_chunks
 
     if spec["system"] == "snapfit-ooc":
         from snapfit.data import Dataset
@@ -79,7 +79,7 @@ def _snapfit_source(spec, X, y):
         src = source_for_dataset(ds, memory_budget=spec["budget"], n_jobs=spec["n_jobs"])
         return src, src.make_state() if hasattr(src, "make_state") else None
     y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    return InMemorySource(_csr_chunks(X, y_pm, None, None), X.shape[1]), None
+    return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1]), None
 
 
 def run_snapfit(spec, X, y) -> dict:
@@ -98,11 +98,11 @@ def run_snapfit(spec, X, y) -> dict:
     )  # fmt: skip
     tr = Trainer(source, problem, state=state)
 
-    def cb(rec):
+    def cb(rec, w):
         h0 = time.perf_counter()
         times.append(h0 - t0 - hook[0])
         if keep:
-            snaps.append(tr.w.copy())
+            snaps.append(w.copy())
         hook[0] += time.perf_counter() - h0
         return rec.epoch >= spec.get("stop_epoch", 10**9)
 

@@ -16,15 +16,12 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state, compute_class_weight
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from snapfit import model as model_io
-from snapfit.data import Dataset, check_two_classes
-from snapfit.data.chunk import Chunk
-from snapfit.data.table import TableDataset
+from snapfit.data import check_two_classes
 from snapfit.engine import InMemorySource, Problem, fit
 from snapfit.engine.checkpoint import (
     Checkpointer,
@@ -34,39 +31,17 @@ from snapfit.engine.checkpoint import (
     source_layout,
 )
 from snapfit.gpu import interop, resolve_device
+from snapfit.inputs import (
+    as_dataset,
+    binary_labels,
+    class_bounds,
+    csr_chunks,
+    model_callback,
+    resolve_n_jobs,
+    rows_key,
+)
 from snapfit.solvers import cpu
 from snapfit.stream.choose import source_for_dataset
-
-
-def _resolve_n_jobs(n_jobs: int | None) -> int:
-    """scikit-learn's convention: None means 1, -1 all cores, -2 all but one."""
-    if n_jobs is None:
-        return 1
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return int(n_jobs)
-
-
-def _csr_chunks(X: sp.csr_matrix, y_pm, weight, chunk_rows: int | None) -> list[Chunk]:
-    """Split a CSR matrix into chunks without copying values (views of its arrays)."""
-    n = X.shape[0]
-    step = n if not chunk_rows else int(chunk_rows)
-    indptr = X.indptr.astype(np.int64, copy=False)
-    indices = X.indices.astype(np.int32, copy=False)
-    chunks = []
-    for lo in range(0, n, max(step, 1)):
-        hi = min(n, lo + step)
-        a, b = indptr[lo], indptr[hi]
-        chunks.append(
-            Chunk(
-                indptr[lo : hi + 1] - a,
-                indices[a:b],
-                X.data[a:b],
-                y_pm[lo:hi],
-                None if weight is None else weight[lo:hi],
-            )
-        )
-    return chunks
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -205,7 +180,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
         self._fit_options = {"resume": bool(resume), "callbacks": list(callbacks)}
-        dataset = _as_dataset(X)
+        dataset = as_dataset(X)
         if dataset is not None:
             return self._fit_dataset(dataset, y, sample_weight)
         if interop.is_device_input(X):
@@ -213,34 +188,16 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         X, y = validate_data(
             self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
         )
-        check_classification_targets(y)
-        classes = np.unique(y)
-        if len(classes) > 2:
-            raise ValueError(
-                f"Only binary classification is supported; y has {len(classes)} classes "
-                f"({classes[:5].tolist()}...). Wrap the estimator in "
-                "sklearn.multiclass.OneVsRestClassifier for more."
-            )
-        if len(classes) < 2:
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {classes[0]!r}"
-            )
+        classes, y_pm = binary_labels(y)
         self.classes_ = classes
-        y_pm = np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
         weight = None
         if sample_weight is not None:
             weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
             weight = weight.astype(np.float32)
-        # As scikit-learn (>= 1.6): "balanced" counts each row with its sample weight.
-        cw = compute_class_weight(self.class_weight, classes=classes, y=y, sample_weight=weight)
+        c_neg, c_pos = class_bounds(self.C, self.class_weight, classes, y, weight)
         X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
-        chunks = _csr_chunks(X, y_pm, weight, self.chunk_rows)
-        source = InMemorySource(chunks, X.shape[1])
-        rows_key = _rows_key(y_pm, weight)
-        return self._fit_source(
-            source, c_neg=self.C * cw[0], c_pos=self.C * cw[1], rows_key=rows_key
-        )
+        source = InMemorySource(csr_chunks(X, y_pm, weight, self.chunk_rows), X.shape[1])
+        return self._fit_source(source, c_neg=c_neg, c_pos=c_pos, rows_id=rows_key(y_pm, weight))
 
     def _fit_device(self, X, y, sample_weight):
         """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
@@ -251,21 +208,17 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "the host (e.g. X.get())."
             )
         y = interop.to_host(y)
-        check_classification_targets(y)
-        classes = np.unique(y)
-        if len(classes) != 2:
-            raise ValueError(f"Only binary classification is supported; y has classes {classes}.")
+        classes, y_pm = binary_labels(y)
         self.classes_ = classes
-        y_pm = np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
         weight = None
         if sample_weight is not None:
             weight = interop.to_host(sample_weight).astype(np.float32)
-        cw = compute_class_weight(self.class_weight, classes=classes, y=y, sample_weight=weight)
+        c_neg, c_pos = class_bounds(self.C, self.class_weight, classes, y, weight)
         chunk, d = interop.device_chunk(X, y_pm, weight)
         self.n_features_in_ = d
         source = interop.DeviceSource([chunk], d)
         source.device_resident = True
-        return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
+        return self._fit_source(source, c_neg=c_neg, c_pos=c_pos)
 
     def _fit_dataset(self, dataset, y, sample_weight):
         if y is not None or sample_weight is not None:
@@ -285,7 +238,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         source = source_for_dataset(
             dataset,
             memory_budget=self.memory_budget,
-            n_jobs=_resolve_n_jobs(self.n_jobs),
+            n_jobs=resolve_n_jobs(self.n_jobs),
             chunk_rows=self.chunk_rows,
         )
         self._fit_options["data_fingerprint"] = lambda: dataset_fingerprint(dataset)
@@ -294,7 +247,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         finally:
             getattr(source, "close", lambda: None)()
 
-    def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_key: str | None = None):
+    def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_id: str | None = None):
         # "gpu" without a GPU is a ResourceError; "auto" falls back to the CPU with one log line.
         device = resolve_device(self.device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
@@ -306,15 +259,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             bias=bias,
             tol=float(self.tol),
             max_iter=int(self.max_iter),
-            n_jobs=_resolve_n_jobs(self.n_jobs),
+            n_jobs=resolve_n_jobs(self.n_jobs),
             seed=seed,
         )
-        warm_w, warm_alpha = self._warm_start_point(source, c_pos, c_neg, bias, rows_key)
+        warm_w, warm_alpha = self._warm_start_point(source, c_pos, c_neg, bias, rows_id)
         # Per-call options of fit(); popped so the fitted estimator keeps no closures.
         options = self.__dict__.pop("_fit_options", {})
         callbacks = [self._print_epoch] if self.verbose else []
         d = source.n_features
-        callbacks += [_model_callback(cb, d, bias) for cb in options.get("callbacks", [])]
+        callbacks += [model_callback(cb, d, bias) for cb in options.get("callbacks", [])]
         checkpoint = self._checkpointer(source, problem, options)
         state = source.make_state() if hasattr(source, "make_state") else None
         trainer = None
@@ -333,7 +286,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         finally:
             if trainer is not None:
                 trainer.close()
-        self._dual = (result.alpha, float(c_pos), float(c_neg), rows_key)
+        self._dual = (result.alpha, float(c_pos), float(c_neg), rows_id)
         self.coef_ = result.w[:d].reshape(1, d).copy()
         self.intercept_ = np.array([result.w[d] * bias])
         self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
@@ -360,7 +313,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             self.checkpoint_dir, fingerprint, every=self.checkpoint_every, resume=resume
         )
 
-    def _warm_start_point(self, source, c_pos, c_neg, bias, rows_key):
+    def _warm_start_point(self, source, c_pos, c_neg, bias, rows_id):
         """The previous fit's dual variables when the rows are the same (labels and weights),
         scaled into the new bounds; else the dual point paired with the previous ``coef_``."""
         if not (self.warm_start and hasattr(self, "coef_")):
@@ -368,12 +321,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if self.coef_.shape[1] != source.n_features:
             return None, None
         prev = getattr(self, "_dual", None)
-        if (
-            prev is not None
-            and prev[0] is not None
-            and rows_key is not None
-            and prev[3] == rows_key
-        ):
+        if prev is not None and prev[0] is not None and rows_id is not None and prev[3] == rows_id:
             alpha, old_pos, old_neg, _ = prev
             y_pos = np.concatenate([source.chunks[k].y for k in range(source.n_chunks)]) > 0
             # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r
@@ -431,7 +379,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if classes.dtype == object:
             classes = classes.astype(str)
         arrays = {"coef": self.coef_, "intercept": self.intercept_, "classes": classes}
-        meta = {"params": _jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
+        meta = {"params": model_io.jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
                 "history": self.history_}  # fmt: skip
         model_io.save_arrays(path, arrays, meta)
 
@@ -455,82 +403,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return sk
 
 
-def _model_callback(cb, d: int, bias: float):
-    """Adapt a user callback ``cb(record, coef, intercept)`` to the engine's ``(record, w)``."""
-
-    def call(rec, w):
-        return cb(rec, w[:d], float(w[d] * bias))
-
-    return call
-
-
-def _rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
-    """Fingerprint of the rows' labels and weights: a warm start may reuse the previous dual
-    variables only for the same rows in the same order."""
-    import hashlib
-
-    h = hashlib.sha256(np.ascontiguousarray(y_pm).tobytes())
-    if weight is not None:
-        h.update(np.ascontiguousarray(weight).tobytes())
-    return h.hexdigest()
-
-
-def _as_dataset(X):
-    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
-    if isinstance(X, (str, os.PathLike)) or (
-        isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
-    ):
-        return Dataset(X)
-    try:
-        import pyarrow as pa
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        return None
-    if isinstance(X, pa.Table):
-        return TableDataset(X)
-    return None
-
-
-def _jsonable(params: dict) -> dict:
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, (bool, int, float, str)) or v is None:
-            out[k] = v
-        elif isinstance(v, dict):
-            out[k] = {str(a): float(b) for a, b in v.items()}
-        else:
-            out[k] = repr(v)
-    return out
-
-
 def load(path) -> LogisticRegression:
     """Load a model written by ``LogisticRegression.save``; checks integrity, never unpickles."""
-    arrays, header = model_io.load_arrays(path)
-    params = header.get("params", {})
-    est = LogisticRegression()
-    valid = est.get_params()
-    kw = {}
-    for k, v in params.items():
-        if k in valid and k not in ("random_state",):
-            if k == "class_weight" and isinstance(v, dict):
-                v = {_key(a): b for a, b in v.items()}
-            kw[k] = v
-    est.set_params(**kw)
-    try:
-        est.coef_ = arrays["coef"].astype(np.float64).reshape(1, -1)
-        est.intercept_ = arrays["intercept"].astype(np.float64).reshape(1)
-        est.classes_ = arrays["classes"]
-    except (KeyError, ValueError) as e:
-        from snapfit.errors import DataError
-
-        raise DataError(f"{os.fspath(path)}: model arrays are incomplete ({e}).") from None
-    est.n_features_in_ = est.coef_.shape[1]
-    est.n_iter_ = np.array([header.get("n_iter", 0)], dtype=np.int32)
-    est.history_ = header.get("history", [])
-    return est
-
-
-def _key(s: str):
-    try:
-        return int(s)
-    except ValueError:
-        return s
+    return model_io.load_estimator(path, LogisticRegression())

@@ -81,3 +81,46 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         if _digest(a) != expected[k]:
             raise DataError(f"{where}array {k!r} fails its checksum; the file was altered.")
     return files, header
+
+
+def jsonable(params: dict) -> dict:
+    """Estimator parameters as JSON values (class-weight dicts keep their keys as strings)."""
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = {str(a): float(b) for a, b in v.items()}
+        else:
+            out[k] = repr(v)
+    return out
+
+
+def _key(s: str):
+    try:
+        return int(s)
+    except ValueError:
+        return s
+
+
+def load_estimator(path, est):
+    """Fill the unfitted estimator ``est`` from the model file at ``path``."""
+    arrays, header = load_arrays(path)
+    valid = est.get_params()
+    kw = {}
+    for k, v in header.get("params", {}).items():
+        if k in valid and k != "random_state":
+            if k == "class_weight" and isinstance(v, dict):
+                v = {_key(a): b for a, b in v.items()}
+            kw[k] = v
+    est.set_params(**kw)
+    try:
+        est.coef_ = arrays["coef"].astype(np.float64).reshape(1, -1)
+        est.intercept_ = arrays["intercept"].astype(np.float64).reshape(1)
+        est.classes_ = arrays["classes"]
+    except (KeyError, ValueError) as e:
+        raise DataError(f"{os.fspath(path)}: model arrays are incomplete ({e}).") from None
+    est.n_features_in_ = est.coef_.shape[1]
+    est.n_iter_ = np.array([header.get("n_iter", 0)], dtype=np.int32)
+    est.history_ = header.get("history", [])
+    return est

@@ -24,7 +24,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from snapfit.dask._driver import DaskFit, FitTimeoutError, WorkerLost, balance, train
 from snapfit.engine import Problem
-from snapfit.estimator import LogisticRegression, _as_dataset
+from snapfit.estimator import LogisticRegression
+from snapfit.inputs import as_dataset
 
 __all__ = [
     "DaskFit",
@@ -143,7 +144,7 @@ class DaskLogisticRegression(LogisticRegression):
                 "device='gpu' is not available for Dask fits yet; use device='cpu' or 'auto'."
             )
         client = self._client()
-        dataset = _as_dataset(X) if not _is_dask_collection(X) else None
+        dataset = as_dataset(X) if not _is_dask_collection(X) else None
         if dataset is not None:
             if y is not None or sample_weight is not None:
                 raise ValueError(

@@ -1,0 +1,106 @@
+"""What ``fit`` accepts, turned into what the engine takes: chunks, ±1 labels, weights.
+
+Kept apart from the estimator so the door stays a door: array, Parquet, Table and device inputs
+each become a ``ChunkSource`` here, with scikit-learn's label and weight conventions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets
+
+from snapfit.data import Dataset
+from snapfit.data.chunk import Chunk
+from snapfit.data.table import TableDataset
+
+
+def resolve_n_jobs(n_jobs: int | None) -> int:
+    """scikit-learn's convention: None means 1, -1 all cores, -2 all but one."""
+    if n_jobs is None:
+        return 1
+    if n_jobs < 0:
+        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return int(n_jobs)
+
+
+def binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, y_pm)``: the two classes of ``y`` (any values) and labels as ±1 float32."""
+    check_classification_targets(y)
+    classes = np.unique(y)
+    if len(classes) > 2:
+        raise ValueError(
+            f"Only binary classification is supported; y has {len(classes)} classes "
+            f"({classes[:5].tolist()}...). Wrap the estimator in "
+            "sklearn.multiclass.OneVsRestClassifier for more."
+        )
+    if len(classes) < 2:
+        raise ValueError(
+            "This solver needs samples of at least 2 classes in the data, but the data "
+            f"contains only one class: {classes[0]!r}"
+        )
+    return classes, np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
+
+
+def class_bounds(C: float, class_weight, classes, y, weight) -> tuple[float, float]:
+    """``(c_neg, c_pos)``: C times each class's weight. As scikit-learn (>= 1.6), "balanced"
+    counts each row with its sample weight."""
+    cw = compute_class_weight(class_weight, classes=classes, y=y, sample_weight=weight)
+    return C * float(cw[0]), C * float(cw[1])
+
+
+def csr_chunks(X: sp.csr_matrix, y_pm, weight, chunk_rows: int | None) -> list[Chunk]:
+    """Split a CSR matrix into chunks without copying values (views of its arrays)."""
+    n = X.shape[0]
+    step = n if not chunk_rows else int(chunk_rows)
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int32, copy=False)
+    chunks = []
+    for lo in range(0, n, max(step, 1)):
+        hi = min(n, lo + step)
+        a, b = indptr[lo], indptr[hi]
+        chunks.append(
+            Chunk(
+                indptr[lo : hi + 1] - a,
+                indices[a:b],
+                X.data[a:b],
+                y_pm[lo:hi],
+                None if weight is None else weight[lo:hi],
+            )
+        )
+    return chunks
+
+
+def rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
+    """Fingerprint of the rows' labels and weights: a warm start may reuse the previous dual
+    variables only for the same rows in the same order."""
+    h = hashlib.sha256(np.ascontiguousarray(y_pm).tobytes())
+    if weight is not None:
+        h.update(np.ascontiguousarray(weight).tobytes())
+    return h.hexdigest()
+
+
+def as_dataset(X):
+    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
+    if isinstance(X, (str, os.PathLike)) or (
+        isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
+    ):
+        return Dataset(X)
+    import pyarrow as pa
+
+    if isinstance(X, pa.Table):
+        return TableDataset(X)
+    return None
+
+
+def model_callback(cb, d: int, bias: float):
+    """Adapt a user callback ``cb(record, coef, intercept)`` to the engine's ``(record, w)``."""
+
+    def call(rec, w):
+        return cb(rec, w[:d], float(w[d] * bias))
+
+    return call
