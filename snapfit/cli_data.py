@@ -7,6 +7,7 @@ import time
 
 import click
 
+from snapfit.cli_args import FORCE
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
 
 _ROW_GROUP_ROWS = click.option(
@@ -24,7 +25,6 @@ _HASH_BITS = click.option(
     show_default=True,
     help="Criteo: n_features = 2**bits; categorical tokens are hashed into it.",
 )
-_FORCE = click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 
 
 def _summary(report, seconds: float) -> str:
@@ -46,7 +46,7 @@ def _summary(report, seconds: float) -> str:
 )
 @_HASH_BITS
 @_ROW_GROUP_ROWS
-@_FORCE
+@FORCE
 @click.option(
     "--skip-bad-rows",
     type=click.IntRange(min=0),
@@ -92,7 +92,7 @@ def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows,
 @click.option("--tsv", is_flag=True, help="Write raw Criteo TSV (gzip if OUTPUT ends in .gz).")
 @_HASH_BITS
 @_ROW_GROUP_ROWS
-@_FORCE
+@FORCE
 def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force):
     """Make a synthetic data set of KIND (criteo-like) in OUTPUT, streaming to disk."""
     from snapfit.datasets import make_criteo_like_parquet, make_criteo_like_tsv

@@ -7,189 +7,33 @@ draws the curves. This module turns options into calls and results into text.
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import sys
 import time
 import warnings
 
 import click
 
+from snapfit.cli_args import (
+    CHUNK_ROWS,
+    DATA,
+    DEVICE,
+    FORCE,
+    JSON,
+    MODEL,
+    N_JOBS,
+    memory_budget_option,
+)
+from snapfit.cli_format import (
+    Progress,
+    budget_error,
+    extra_of,
+    metric_rows,
+    table,
+    train_summary,
+    write_json,
+)
+
+
 # -- shared options (mlflow's cli_args layout) ----------------------------------------------
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}  # fmt: skip
-
-
-def parse_bytes(text: str) -> int:
-    """``"2GB"`` -> 2_000_000_000, ``"512MiB"`` -> 536_870_912, ``"1e6"`` -> 1_000_000."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"{text!r} is not a size; write e.g. 2GB, 512MB, 512MiB or 1e9.")
-    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if n < 1:
-        raise ValueError(f"{text!r} is not a positive size.")
-    return n
-
-
-class ByteSize(click.ParamType):
-    name = "size"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_bytes(value)
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-_JSON = click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    metavar="FILE",
-    help="Also write the result as JSON to FILE ('-' for stdout); FILE is overwritten.",
-)
-_DEVICE = click.option(
-    "--device",
-    type=click.Choice(["auto", "cpu", "gpu"]),
-    default="auto",
-    show_default=True,
-    help="Where to train; 'gpu' fails (exit 4) when no usable GPU is found.",
-)
-_N_JOBS = click.option(
-    "--n-jobs", type=int, default=None, metavar="N", help="CPU threads (-1: all cores)."
-)
-_CHUNK_ROWS = click.option(
-    "--chunk-rows",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="Rows per chunk when the data is cut in memory.",
-)
-_FORCE = click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
-_MODEL = click.argument("model", type=click.Path(exists=True, dir_okay=False), metavar="MODEL")
-_DATA = click.argument("data", type=click.Path(exists=True), metavar="DATA")
-
-
-def _memory_budget(default, help):
-    return click.option(
-        "--memory-budget",
-        type=ByteSize(),
-        default=default,
-        show_default=default is not None,
-        metavar="SIZE",
-        help=help,
-    )
-
-
-# -- small helpers ----------------------------------------------------------------------------
-def _si(x: float) -> str:
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.1f}{unit}"
-    return f"{x:.0f}"
-
-
-def _write_json(path: str, doc: dict) -> None:
-    text = json.dumps(doc, indent=2, sort_keys=True, default=_json_default) + "\n"
-    if path == "-":
-        click.echo(text, nl=False)
-        return
-    from snapfit.data import atomic_output
-
-    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-
-
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return repr(o)
-
-
-def _table(rows: list[tuple[str, str]]) -> str:
-    width = max(len(k) for k, _ in rows) + 2
-    return "\n".join(f"{k:<{width}}{v}" for k, v in rows)
-
-
-def _budget_error(e: Exception):
-    from snapfit.errors import ResourceError
-
-    return ResourceError(f"{e} (--memory-budget)")
-
-
-def _metric_rows(m: dict, prefix: str = "") -> list[tuple[str, str]]:
-    auc = m["auc"]
-    if auc is None:
-        auc_text = "undefined (one class only)"
-    elif m["auc_method"] == "exact":
-        auc_text = f"{auc:.6f} (exact)"
-    else:
-        auc_text = f"{auc:.6f} (bounded: error <= {m['auc_error_bound']:.1e}, {m['passes']} passes)"
-    cal = m["calibration"]
-    return [
-        (f"{prefix}rows", f"{m['rows']}"),
-        (f"{prefix}logloss", f"{m['logloss']:.6f}"),
-        (f"{prefix}ROC AUC", auc_text),
-        (f"{prefix}accuracy", f"{m['accuracy']:.6f}"),
-        (
-            f"{prefix}calibration",
-            f"mean predicted {cal['mean_predicted']:.4f}, observed rate "
-            f"{cal['observed_rate']:.4f}, ECE {cal['ece']:.4f}",
-        ),
-    ]
-
-
-# -- train ------------------------------------------------------------------------------------
-class _Progress:
-    """Per-epoch progress bar on stderr: rows/s, nnz/s, gap, test log loss and an ETA."""
-
-    def __init__(self, *, max_iter: int, tol: float, quiet: bool):
-        from tqdm import tqdm
-
-        self.tol, self.max_iter = tol, max_iter
-        self.bar = tqdm(
-            total=max_iter,
-            desc="train",
-            bar_format="{desc}: epoch {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
-            file=sys.stderr,
-            disable=quiet,
-            dynamic_ncols=True,
-        )
-        self.gaps: list[tuple[float, float]] = []  # (cumulative seconds, rel_gap)
-
-    def eta(self, rec: dict) -> str:
-        """Time to reach ``tol`` at the rate the log gap fell over the last epochs."""
-        t = (self.gaps[-1][0] if self.gaps else 0.0) + rec["seconds"]
-        self.gaps.append((t, max(rec["rel_gap"], 1e-300)))
-        if rec["rel_gap"] <= self.tol or len(self.gaps) >= self.max_iter:
-            return "0s"
-        (t0, g0), (t1, g1) = self.gaps[max(0, len(self.gaps) - 4)], self.gaps[-1]
-        epochs_left = self.max_iter - len(self.gaps)
-        per_epoch = t1 / len(self.gaps)
-        cap = epochs_left * per_epoch
-        if t1 <= t0 or g1 >= g0:
-            return f"<{cap:.0f}s"
-        rate = (math.log(g0) - math.log(g1)) / (t1 - t0)
-        return f"~{min(math.log(g1 / self.tol) / rate, cap):.0f}s"
-
-    def update(self, rec: dict) -> None:
-        parts = [f"{_si(rec[k])} {unit}" for k, unit in
-                 (("rows_per_s", "rows/s"), ("nnz_per_s", "nnz/s")) if k in rec]  # fmt: skip
-        parts.append(f"gap {rec['rel_gap']:.2e}")
-        if rec.get("test_logloss") is not None:
-            parts.append(f"test logloss {rec['test_logloss']:.5f}")
-        parts.append(f"ETA {self.eta(rec)}")
-        self.bar.set_postfix_str(", ".join(parts), refresh=False)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _record(rec) -> dict:
     return rec.as_dict() if hasattr(rec, "as_dict") else dict(rec)
 
@@ -219,7 +63,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
 
 
 @click.command()
-@_DATA
+@DATA
 @click.option(
     "--test",
     type=click.Path(exists=True),
@@ -241,10 +85,10 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
     show_default=True,
     help="Inverse regularization strength (scikit-learn's C; snapml's regularizer is 1/C).",
 )
-@_DEVICE
-@_N_JOBS
-@_memory_budget(None, "Host memory for training data, e.g. 2GB (default: keep it all resident).")
-@_CHUNK_ROWS
+@DEVICE
+@N_JOBS
+@memory_budget_option(None, "Host memory for training data, e.g. 2GB (default: half the RAM).")
+@CHUNK_ROWS
 @click.option(
     "--max-iter",
     type=click.IntRange(min=1),
@@ -280,9 +124,9 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
               help="Train on a running Dask cluster (tcp://HOST:PORT).")  # fmt: skip
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Train on a new local Dask cluster of N worker processes.")  # fmt: skip
-@_JSON
+@JSON
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
-@_FORCE
+@FORCE
 def train(
     data, test, out, C, device, n_jobs, memory_budget, chunk_rows, max_iter, tol, class_weight,
     seed, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
@@ -320,7 +164,7 @@ def train(
             f"{test}: has n_features {test_data.n_features} but {data} has "
             f"{train_data.n_features}; convert both with the same hash bits."
         )
-    progress = _Progress(max_iter=max_iter, tol=tol, quiet=quiet)
+    progress = Progress(max_iter=max_iter, tol=tol, quiet=quiet)
     history: list[dict] = []
 
     def on_epoch(rec, coef, intercept):
@@ -346,7 +190,7 @@ def train(
     progress.close()
     fit_seconds = time.perf_counter() - t_fit
     converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-    est.history_ = [dict(h, **_extra_of(h, history)) for h in est.history_]
+    est.history_ = [dict(h, **extra_of(h, history)) for h in est.history_]
     t_save = time.perf_counter()
     est.save(out)
     save_seconds = time.perf_counter() - t_save
@@ -359,15 +203,15 @@ def train(
             from snapfit.metrics import BudgetError
 
             if isinstance(e, BudgetError):
-                raise _budget_error(e) from None
+                raise budget_error(e) from None
             raise
         eval_seconds = time.perf_counter() - t_eval
     total = time.perf_counter() - start
     if not quiet and json_path != "-":
-        click.echo(_train_summary(est, train_data, fit_seconds, converged, metrics, out))
+        click.echo(train_summary(est, train_data, fit_seconds, converged, metrics, out))
     if json_path:
         params = {k: v for k, v in est.get_params().items() if k != "callbacks"}
-        _write_json(
+        write_json(
             json_path,
             {
                 "command": "train",
@@ -392,45 +236,9 @@ def train(
         )
 
 
-def _train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
-    last, epochs = est.history_[-1], len(est.history_)
-    state = "converged" if converged else "NOT converged"
-    relation = "<=" if converged else ">"
-    advice = "" if converged else "; raise --max-iter"
-    per_s = epochs / max(fit_seconds, 1e-9)
-    rows = [
-        (
-            "epochs",
-            f"{int(est.n_iter_[0])} ({state}: relative gap {last['rel_gap']:.2e} {relation} "
-            f"tol {est.tol:g}{advice})",
-        ),
-        ("primal", f"{last['primal']:.8g}"),
-        ("dual", f"{last['dual']:.8g}"),
-        ("train rows", f"{data.n_rows} ({data.nnz} nnz, {data.n_features} features)"),
-        (
-            "fit time",
-            f"{fit_seconds:.2f} s ({_si(data.n_rows * per_s)} rows/s, "
-            f"{_si(data.nnz * per_s)} nnz/s)",
-        ),
-    ]
-    if metrics is not None:
-        rows += _metric_rows(metrics, "test ")
-    rows.append(("model", out))
-    return _table(rows)
-
-
-def _extra_of(h: dict, history: list[dict]) -> dict:
-    """Fields the CLI added to an epoch (test log loss), matched by epoch number."""
-    for row in history:
-        if row.get("epoch") == h.get("epoch") and "test_logloss" in row:
-            return {"test_logloss": row["test_logloss"]}
-    return {}
-
-
-# -- predict, evaluate, report ----------------------------------------------------------------
 @click.command()
-@_MODEL
-@_DATA
+@MODEL
+@DATA
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -439,7 +247,7 @@ def _extra_of(h: dict, history: list[dict]) -> dict:
     help="Parquet file to write: 'probability' per row, in DATA's row order.",
 )
 @click.option("--labels", is_flag=True, help="Also write 'predicted_label' (0/1, threshold 0.5).")
-@_FORCE
+@FORCE
 def predict(model, data, out, labels, force):
     """Write MODEL's probabilities for the rows of DATA (labels not needed) to a Parquet file,
     one chunk at a time."""
@@ -455,9 +263,9 @@ def predict(model, data, out, labels, force):
 
 
 @click.command()
-@_MODEL
-@_DATA
-@_memory_budget(
+@MODEL
+@DATA
+@memory_budget_option(
     "1GB", "Memory for the AUC: exact when all scores fit (24 bytes a row), else bounded."
 )
 @click.option(
@@ -468,7 +276,7 @@ def predict(model, data, out, labels, force):
     metavar="X",
     help="Largest AUC error allowed when the AUC is bounded (more passes lower it).",
 )
-@_JSON
+@JSON
 def evaluate(model, data, memory_budget, auc_tol, json_path):
     """Log loss, ROC AUC, accuracy and calibration of MODEL on labelled DATA, streaming."""
     import snapfit
@@ -481,13 +289,13 @@ def evaluate(model, data, memory_budget, auc_tol, json_path):
     try:
         m = run(est, open_for(est, data), memory_budget=memory_budget, tol=auc_tol)
     except BudgetError as e:
-        raise _budget_error(e) from None
+        raise budget_error(e) from None
     seconds = time.perf_counter() - start
     if json_path:
-        _write_json(json_path, dict(m, command="evaluate", model=model, data=data, seconds=seconds))
+        write_json(json_path, dict(m, command="evaluate", model=model, data=data, seconds=seconds))
     if json_path == "-":
         return
-    click.echo(_table(_metric_rows(m) + [("time", f"{seconds:.2f} s")]))
+    click.echo(table(metric_rows(m) + [("time", f"{seconds:.2f} s")]))
     if m["auc"] is not None and m["auc_error_bound"] > auc_tol:
         click.echo(
             f"Warning: the AUC error bound {m['auc_error_bound']:.1e} exceeds --auc-tol "
@@ -506,7 +314,7 @@ def evaluate(model, data, memory_budget, auc_tol, json_path):
     help="Image to write: .png, .svg or .pdf.",
 )
 @click.option("--title", default=None, help="Figure title (default: the input's file name).")
-@_FORCE
+@FORCE
 def report(source, out, title, force):
     """Plot primal objective, duality gap and test log loss against time, from a model file or
     the JSON of `snapfit train --json`."""

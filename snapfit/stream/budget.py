@@ -43,7 +43,8 @@ _UNITS = {
 
 
 def parse_memory_budget(value) -> int:
-    """Bytes from an int or a string such as ``"2GB"``, ``"512MB"``, ``"1.5GiB"``, ``"800M"``.
+    """Bytes from an int or a string such as ``"2GB"``, ``"512MB"``, ``"1.5GiB"``, ``"800M"``,
+    ``"1e9"``. The one size parser of snapfit: the CLI's ``--memory-budget`` uses it too.
 
     ``KB/MB/GB/TB`` are decimal (10^3 ...), ``KiB/MiB/GiB/TiB`` and the bare letters ``K/M/G/T``
     binary (2^10 ...), as in most command-line tools.
@@ -58,7 +59,7 @@ def parse_memory_budget(value) -> int:
         raise TypeError(
             f"memory_budget must be an int or a string like '2GB'; got {type(value).__name__}."
         )
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS:
         raise ValueError(

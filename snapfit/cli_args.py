@@ -1,0 +1,68 @@
+"""Options shared by the CLI's commands (mlflow's ``cli_args`` layout): one definition each."""
+
+from __future__ import annotations
+
+import click
+
+
+def parse_bytes(text: str) -> int:
+    """A size such as ``2GB`` (decimal), ``512MiB`` or ``800M`` (binary), ``1e9``: the library's
+    parser, so ``--memory-budget`` means what ``memory_budget=`` means."""
+    from snapfit.stream.budget import parse_memory_budget
+
+    return parse_memory_budget(text)
+
+
+class ByteSize(click.ParamType):
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_bytes(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+JSON = click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    metavar="FILE",
+    help="Also write the result as JSON to FILE ('-' for stdout); FILE is overwritten.",
+)
+DEVICE = click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "gpu"]),
+    default="auto",
+    show_default=True,
+    help="Where to train; 'gpu' fails (exit 4) when no usable GPU is found.",
+)
+N_JOBS = click.option(
+    "--n-jobs", type=int, default=None, metavar="N", help="CPU threads (-1: all cores)."
+)
+CHUNK_ROWS = click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Rows per chunk when the data is cut in memory.",
+)
+FORCE = click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+MODEL = click.argument("model", type=click.Path(exists=True, dir_okay=False), metavar="MODEL")
+DATA = click.argument("data", type=click.Path(exists=True), metavar="DATA")
+
+
+def memory_budget_option(default, help):
+    return click.option(
+        "--memory-budget",
+        type=ByteSize(),
+        default=default,
+        show_default=default is not None,
+        metavar="SIZE",
+        help=help,
+    )
+
+
+# -- small helpers ----------------------------------------------------------------------------

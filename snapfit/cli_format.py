@@ -1,0 +1,150 @@
+"""How the CLI shows results: the epoch progress bar, summary tables, JSON documents."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+
+
+def si(x: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def write_json(path: str, doc: dict) -> None:
+    text = json.dumps(doc, indent=2, sort_keys=True, default=_json_default) + "\n"
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    from snapfit.data import atomic_output
+
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return repr(o)
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k:<{width}}{v}" for k, v in rows)
+
+
+def budget_error(e: Exception):
+    from snapfit.errors import ResourceError
+
+    return ResourceError(f"{e} (--memory-budget)")
+
+
+def metric_rows(m: dict, prefix: str = "") -> list[tuple[str, str]]:
+    auc = m["auc"]
+    if auc is None:
+        auc_text = "undefined (one class only)"
+    elif m["auc_method"] == "exact":
+        auc_text = f"{auc:.6f} (exact)"
+    else:
+        auc_text = f"{auc:.6f} (bounded: error <= {m['auc_error_bound']:.1e}, {m['passes']} passes)"
+    cal = m["calibration"]
+    return [
+        (f"{prefix}rows", f"{m['rows']}"),
+        (f"{prefix}logloss", f"{m['logloss']:.6f}"),
+        (f"{prefix}ROC AUC", auc_text),
+        (f"{prefix}accuracy", f"{m['accuracy']:.6f}"),
+        (
+            f"{prefix}calibration",
+            f"mean predicted {cal['mean_predicted']:.4f}, observed rate "
+            f"{cal['observed_rate']:.4f}, ECE {cal['ece']:.4f}",
+        ),
+    ]
+
+
+# -- train ------------------------------------------------------------------------------------
+class Progress:
+    """Per-epoch progress bar on stderr: rows/s, nnz/s, gap, test log loss and an ETA."""
+
+    def __init__(self, *, max_iter: int, tol: float, quiet: bool):
+        from tqdm import tqdm
+
+        self.tol, self.max_iter = tol, max_iter
+        self.bar = tqdm(
+            total=max_iter,
+            desc="train",
+            bar_format="{desc}: epoch {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
+            file=sys.stderr,
+            disable=quiet,
+            dynamic_ncols=True,
+        )
+        self.gaps: list[tuple[float, float]] = []  # (cumulative seconds, rel_gap)
+
+    def eta(self, rec: dict) -> str:
+        """Time to reach ``tol`` at the rate the log gap fell over the last epochs."""
+        t = (self.gaps[-1][0] if self.gaps else 0.0) + rec["seconds"]
+        self.gaps.append((t, max(rec["rel_gap"], 1e-300)))
+        if rec["rel_gap"] <= self.tol or len(self.gaps) >= self.max_iter:
+            return "0s"
+        (t0, g0), (t1, g1) = self.gaps[max(0, len(self.gaps) - 4)], self.gaps[-1]
+        epochs_left = self.max_iter - len(self.gaps)
+        per_epoch = t1 / len(self.gaps)
+        cap = epochs_left * per_epoch
+        if t1 <= t0 or g1 >= g0:
+            return f"<{cap:.0f}s"
+        rate = (math.log(g0) - math.log(g1)) / (t1 - t0)
+        return f"~{min(math.log(g1 / self.tol) / rate, cap):.0f}s"
+
+    def update(self, rec: dict) -> None:
+        parts = [f"{si(rec[k])} {unit}" for k, unit in
+                 (("rows_per_s", "rows/s"), ("nnz_per_s", "nnz/s")) if k in rec]  # fmt: skip
+        parts.append(f"gap {rec['rel_gap']:.2e}")
+        if rec.get("test_logloss") is not None:
+            parts.append(f"test logloss {rec['test_logloss']:.5f}")
+        parts.append(f"ETA {self.eta(rec)}")
+        self.bar.set_postfix_str(", ".join(parts), refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
+    last, epochs = est.history_[-1], len(est.history_)
+    state = "converged" if converged else "NOT converged"
+    relation = "<=" if converged else ">"
+    advice = "" if converged else "; raise --max-iter"
+    per_s = epochs / max(fit_seconds, 1e-9)
+    rows = [
+        (
+            "epochs",
+            f"{int(est.n_iter_[0])} ({state}: relative gap {last['rel_gap']:.2e} {relation} "
+            f"tol {est.tol:g}{advice})",
+        ),
+        ("primal", f"{last['primal']:.8g}"),
+        ("dual", f"{last['dual']:.8g}"),
+        ("train rows", f"{data.n_rows} ({data.nnz} nnz, {data.n_features} features)"),
+        (
+            "fit time",
+            f"{fit_seconds:.2f} s ({si(data.n_rows * per_s)} rows/s, {si(data.nnz * per_s)} nnz/s)",
+        ),
+    ]
+    if metrics is not None:
+        rows += metric_rows(metrics, "test ")
+    rows.append(("model", out))
+    return table(rows)
+
+
+def extra_of(h: dict, history: list[dict]) -> dict:
+    """Fields the CLI added to an epoch (test log loss), matched by epoch number."""
+    for row in history:
+        if row.get("epoch") == h.get("epoch") and "test_logloss" in row:
+            return {"test_logloss": row["test_logloss"]}
+    return {}
+
+
+# -- predict, evaluate, report ----------------------------------------------------------------
