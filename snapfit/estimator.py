@@ -217,7 +217,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         chunk, d = interop.device_chunk(X, y_pm, weight)
         self.n_features_in_ = d
         source = interop.DeviceSource([chunk], d)
-        source.device_resident = True
         return self._fit_source(source, c_neg=c_neg, c_pos=c_pos)
 
     def _fit_dataset(self, dataset, y, sample_weight):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from snapfit.engine.source import InMemorySource
 from snapfit.gpu.stream import DeviceChunk
 from snapfit.solvers import gpu as kernels
 
@@ -122,33 +123,10 @@ def device_chunk(X, y_pm: np.ndarray, weight: np.ndarray | None, *, block: int =
     return chunk, d
 
 
-class DeviceSource:
+class DeviceSource(InMemorySource):
     """A ``ChunkSource`` of chunks already on the device (GPU units only; never released)."""
 
-    def __init__(self, chunks, n_features: int):
-        self.chunks = list(chunks)
-        self.n_features = int(n_features)
-
-    @property
-    def n_chunks(self) -> int:
-        return len(self.chunks)
-
-    def chunk_rows(self, k: int) -> int:
-        return self.chunks[k].n_rows
-
-    def chunk_nnz(self, k: int) -> int:
-        return self.chunks[k].nnz
-
-    def epoch(self, order):
-        for k in order:
-            yield k, self.chunks[k]
-
-    def update_gaps(self, gaps) -> None:
-        pass
-
-    @property
-    def io_wait(self) -> float:
-        return 0.0
+    device_resident = True
 
 
 def decision_function(X, coef: np.ndarray, intercept: float, *, block: int = 128, to_host=True):
