@@ -36,8 +36,10 @@ def budget_of(set_dir: str, frac: float = 0.2, n_jobs: int = 2) -> dict:
     ds = Dataset(f"{set_dir}/train.parquet")
     has_values, has_weight = _file_flags(ds)
     sizes = [chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks]
-    minimum = fixed_nbytes(ds.n_features, n_jobs) + 2 * max(sizes)
-    budget = max(int(frac * sum(sizes)), int(1.05 * minimum))
+    # As StreamSource counts it: w views for the solver threads and 2 reader threads, plus
+    # two buffers of the largest row group.
+    minimum = fixed_nbytes(ds.n_features, n_jobs + 2) + 2 * max(sizes)
+    budget = max(int(frac * sum(sizes)), int(1.1 * minimum))
     return {"budget": budget, "data_bytes": sum(sizes), "frac": budget / sum(sizes),
             "raised_to_minimum": budget > frac * sum(sizes)}  # fmt: skip
 

@@ -23,6 +23,12 @@ def _f(x, fmt="{:.3g}"):
     return "–" if x is None else fmt.format(x)
 
 
+def _rss(r: dict) -> str:
+    if r.get("rss_method") != "VmHWM":
+        return "n/a¹"  # results from before the VmHWM fix: ru_maxrss was the parent's peak
+    return f"{r['peak_rss_mb']:.0f} ({r['data_rss_mb']:.0f})"
+
+
 def _mb(b):
     return f"{b / 1e6:.0f} MB"
 
@@ -120,7 +126,7 @@ def _table_md(block: dict) -> list[str]:
         label = LABELS[name] + (f" ({r['source']})" if name == "snapfit-ooc" else "")
         rows.append(
             f"| {label} | {r['fit_s']:.2f} | {r['n_iter']} | {r['epoch_s']:.3f} | "
-            f"{r['nnz_per_s'] / 1e6:.1f} | {r['peak_rss_mb']:.0f} ({r['data_rss_mb']:.0f}) | "
+            f"{r['nnz_per_s'] / 1e6:.1f} | {_rss(r)} | "
             f"{r['primal_rel_excess']:.1e} | {r['test_logloss']:.5f} |"
         )
     return rows + [""]
@@ -138,7 +144,7 @@ def _target_md(t: dict) -> list[str]:
             "s / epoch | M nnz/s |", "|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in t["systems"].items():
         if "error" in r:
-            rows.append(f"| {LABELS[name]} | error: {r['error'][:100]} |||||")
+            rows.append(f"| {LABELS[name]} | error: {r['error'][:260]} |||||")
             continue
         label = LABELS[name] + (f" ({r['source']})" if name == "snapfit-ooc" else "")
         tt = r.get("tt_target_s") or (r.get("fit_s") if r.get("k_star") else None)
@@ -188,6 +194,12 @@ def write_report(res: dict, out_dir: str) -> None:
         for block in res["table"]:
             lines += _table_md(block)
         lines += ["![pass rates](pass_rates.png)", ""]
+        if any(_rss(r) == "n/a¹" for b in res["table"] for r in b["systems"].values()):
+            lines += [
+                "¹ Not measured correctly in this run: `ru_maxrss` survives `exec`, so every "
+                "job reported the parent's peak; `bench/systems.py` now reads `VmHWM`.",
+                "",
+            ]
     with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
         f.write("\n".join(lines))
 

@@ -37,7 +37,13 @@ SYSTEMS = (
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """This process's peak RSS: ``VmHWM``, which starts afresh at exec (``ru_maxrss`` does not:
+    it keeps the forking parent's peak, which made every system read the same)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM")) / 1024.0
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def margins(X, y01, w: np.ndarray, b: float) -> np.ndarray:
@@ -300,6 +306,7 @@ def run(spec: dict) -> dict:
         out["tt_target_all"] = [r["epoch_times"][k - 1] for r in runs]
         out["tt_target_s"] = float(np.median(out["tt_target_all"]))
     out["data_rss_mb"] = base_rss
+    out["rss_method"] = "VmHWM"
     out["fit_s_all"] = [r["fit_s"] for r in runs]
     out["fit_s"] = float(np.median(out["fit_s_all"]))
     for key in ("epoch_s", "nnz_per_s"):
@@ -323,15 +330,17 @@ def run(spec: dict) -> dict:
 
 def run_job(spec: dict, timeout: float = 3600) -> dict:
     """``run(spec)`` in a fresh interpreter (peak RSS per system); errors come back as data."""
-    cmd = [sys.executable, "-m", "bench.systems", json.dumps(spec)]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # Relative to the checkout (the job runs there), so no machine path reaches the results.
+    spec = {**spec, "set": os.path.relpath(spec["set"], root)}
+    cmd = [sys.executable, "-m", "bench.systems", json.dumps(spec)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s", "spec": spec}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        tail = (p.stderr or p.stdout).strip().replace(root + os.sep, "").splitlines()[-1:]
         return {"error": " | ".join(tail) or f"exit {p.returncode}", "spec": spec}
     return json.loads(lines[-1])
 
