@@ -208,26 +208,12 @@ class Trainer:
             self.chunk_gaps[item.k] += gap
             ent += e
         self.source.update_gaps(self.chunk_gaps)
-        wsq = float(self.w @ self.w)
-        dual = -0.5 * wsq - ent
-        gap = float(self.chunk_gaps.sum())
-        primal = dual + gap
-        n_rows = self.state.n_rows
-        nnz = sum(self.nnz)
         self.epoch += 1
-        rec = EpochRecord(
-            epoch=self.epoch,
-            primal=primal,
-            dual=dual,
-            gap=gap,
-            rel_gap=gap / max(abs(primal), 1e-300),
-            exact=False,
-            seconds=seconds,
-            rows_per_s=n_rows / seconds if seconds > 0 else float("inf"),
-            nnz_per_s=nnz / seconds if seconds > 0 else float("inf"),
+        return EpochRecord.from_pass(
+            epoch=self.epoch, w=self.w, entropy=ent, gap=float(self.chunk_gaps.sum()),
+            seconds=seconds, n_rows=self.state.n_rows, nnz=sum(self.nnz),
             io_wait=self.source.io_wait - io0,
-        )
-        return rec
+        )  # fmt: skip
 
     def confirm(self, rec: EpochRecord) -> EpochRecord:
         """Replace an epoch's estimated gap with the exact one (its time is added to the epoch)."""

@@ -54,3 +54,23 @@ class EpochRecord:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_pass(cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait) -> EpochRecord:
+        """The record of an epoch's pass: the exact dual from ``w`` and the entropy sum, the
+        estimated gap, and the rates (every trainer reports epochs the same way)."""
+        dual = -0.5 * float(w @ w) - entropy
+        primal = dual + gap
+        rate = (lambda count: count / seconds) if seconds > 0 else (lambda count: float("inf"))
+        return cls(
+            epoch=epoch,
+            primal=primal,
+            dual=dual,
+            gap=gap,
+            rel_gap=gap / max(abs(primal), 1e-300),
+            exact=False,
+            seconds=seconds,
+            rows_per_s=rate(n_rows),
+            nnz_per_s=rate(nnz),
+            io_wait=io_wait,
+        )

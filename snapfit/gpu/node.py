@@ -213,24 +213,12 @@ class HeteroTrainer:
             ent += e
         self.source.update_gaps(self.chunk_gaps)
         self._residency()
-        wsq = float(self.w @ self.w)
-        dual = -0.5 * wsq - ent
-        gap = float(self.chunk_gaps.sum())
-        primal = dual + gap
-        nnz = sum(self.nnz)
         self.epoch += 1
-        return EpochRecord(
-            epoch=self.epoch,
-            primal=primal,
-            dual=dual,
-            gap=gap,
-            rel_gap=gap / max(abs(primal), 1e-300),
-            exact=False,
-            seconds=seconds,
-            rows_per_s=self.state.n_rows / seconds if seconds > 0 else float("inf"),
-            nnz_per_s=nnz / seconds if seconds > 0 else float("inf"),
+        return EpochRecord.from_pass(
+            epoch=self.epoch, w=self.w, entropy=ent, gap=float(self.chunk_gaps.sum()),
+            seconds=seconds, n_rows=self.state.n_rows, nnz=sum(self.nnz),
             io_wait=self.source.io_wait - io0,
-        )
+        )  # fmt: skip
 
     def exact_objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at ``w`` and ``alpha``, shared out like an epoch."""
