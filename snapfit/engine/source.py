@@ -68,6 +68,15 @@ class InMemorySource:
         return 0.0
 
 
+def _concat_optional(parts, sizes) -> np.ndarray | None:
+    """Concatenate optional float32 arrays; an absent one counts as ones (its default)."""
+    if all(p is None for p in parts):
+        return None
+    return np.concatenate(
+        [p if p is not None else np.ones(n, np.float32) for p, n in zip(parts, sizes, strict=True)]
+    )
+
+
 def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
     """One chunk holding all rows of ``chunks`` in order."""
     if len(chunks) == 1:
@@ -77,22 +86,8 @@ def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
         [np.zeros(1, np.int64)]
         + [c.indptr[1:] - c.indptr[0] + nnz[i] for i, c in enumerate(chunks)]
     )
-    has_values = any(c.values is not None for c in chunks)
-    values = (
-        np.concatenate(
-            [c.values if c.values is not None else np.ones(c.nnz, np.float32) for c in chunks]
-        )  # fmt: skip
-        if has_values
-        else None
-    )
-    has_weight = any(c.weight is not None for c in chunks)
-    weight = (
-        np.concatenate(
-            [c.weight if c.weight is not None else np.ones(c.n_rows, np.float32) for c in chunks]
-        )  # fmt: skip
-        if has_weight
-        else None
-    )
+    values = _concat_optional([c.values for c in chunks], [c.nnz for c in chunks])
+    weight = _concat_optional([c.weight for c in chunks], [c.n_rows for c in chunks])
     return Chunk(
         indptr,
         np.concatenate([c.indices for c in chunks]),
