@@ -38,7 +38,7 @@ _device = cuda.jit(device=True, inline="always")
 MAX_BLOCK = 256
 
 _math = dual.compile_with(_device)
-newton_step = _math.newton_step
+row_update = _math.row_update
 unpack_alpha = _math.unpack_alpha
 row_loss = _math.row_loss
 row_dual_entropy = _math.row_dual_entropy
@@ -142,12 +142,12 @@ def cd_pass(
             if c > 0.0:
                 yi = float(y[i])
                 b = yi * dot
-                s_old = alpha[i]
                 # Gap term before the update, entropy after it: see cpu.cd_pass.
-                gap += row_gap(b, s_old, c)
-                s_new, delta = newton_step(sigma * (float(sqnorm[i]) + bias2), b, s_old, c)
+                q = sigma * (float(sqnorm[i]) + bias2)
+                s_new, delta, g, e = row_update(q, b, alpha[i], c)
                 alpha[i] = s_new
-                ent += row_dual_entropy(s_new, c)
+                gap += g
+                ent += e
                 step = sigma * delta * yi
                 if step != 0.0 and bias != 0.0:
                     cuda.atomic.add(w, d, step * bias)

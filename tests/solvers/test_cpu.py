@@ -19,7 +19,7 @@ def reference_pass(X, y, c, bias, alpha, w, rows, sigma):
         np.add.at(xi, idx, v)
         q = sigma * (xi @ xi + bias * bias)
         b = y[i] * (w[:-1] @ xi + w[-1] * bias)
-        alpha[i], delta = dual.newton_step(q, b, alpha[i], c[i])
+        alpha[i], delta, _, _ = dual.row_update(q, b, alpha[i], c[i])
         w[:-1] += sigma * delta * y[i] * xi
         w[-1] += sigma * delta * y[i] * bias
 

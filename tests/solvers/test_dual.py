@@ -30,6 +30,12 @@ def test_row_gap_vanishes_at_the_paired_alpha(m, c):
     assert abs(g) <= 1e-9 * c * (1 + abs(m))
 
 
+def subproblem(q, b, a0, c, a, ca):
+    """The 1-d dual subproblem at ``a`` (with ``ca = c - a``), up to a constant."""
+    ent = (a * math.log(a / c) if a > 0 else 0.0) + (ca * math.log(ca / c) if ca > 0 else 0.0)
+    return 0.5 * q * (a - a0) ** 2 + b * (a - a0) + ent
+
+
 @settings(max_examples=300)
 @given(
     q=st.floats(1e-3, 1e4),
@@ -37,19 +43,39 @@ def test_row_gap_vanishes_at_the_paired_alpha(m, c):
     start=st.one_of(st.just(0.0), st.floats(1e-12, 1 - 1e-12)),
     c=bounds,
 )
-def test_newton_step_stays_strictly_inside_and_solves_the_subproblem(q, b, start, c):
+def test_row_update_stays_strictly_inside_and_solves_the_subproblem(q, b, start, c):
     s = packed(start, c) if start else 0.0
-    a0, _ = dual.unpack_alpha(s, c)
-    s_new, delta = dual.newton_step(q, b, s, c)
+    a0, ca0 = dual.unpack_alpha(s, c)
+    s_new, delta, gap, ent = dual.row_update(q, b, s, c)
     a, ca = dual.unpack_alpha(s_new, c)
     # Strictly inside: both sides positive (the smaller one is stored exactly, so it cannot
     # round to 0 even when c - a rounds to c).
     assert a > 0.0 and ca > 0.0
     assert math.isclose(a + ca, c, rel_tol=1e-15)
     assert math.isclose(a - a0, delta, rel_tol=1e-9, abs_tol=1e-12 * c)
-    # Optimality of the 1-d subproblem: q (a - a0) + b + log(a / (c - a)) = 0.
+    # The step lowers the subproblem, and is nearly exact: |g'| at the new point is at most
+    # FORCING times its size at the start of the Newton iteration (or at rounding level).
+    scale = 1 + abs(b) + q * c
+    if a0 > 0.0:
+        before = subproblem(q, b, a0, c, a0, ca0)
+        assert subproblem(q, b, a0, c, a, ca) <= before + 1e-12 * scale * c
     grad = q * delta + b + math.log(a / ca)
-    assert abs(grad) <= 1e-6 * (1 + abs(b) + q * c)
+    assert abs(grad) <= max(2 * dual.FORCING * (abs(b) + q * c + 50), 1e-6 * scale)
+    # What it reports on the side is the row's gap before and its entropy after the step.
+    assert math.isclose(gap, dual.row_gap(b, s, c), rel_tol=1e-9, abs_tol=1e-12 * c * scale)
+    assert math.isclose(ent, dual.row_dual_entropy(s_new, c), rel_tol=1e-9, abs_tol=1e-12 * c)
+
+
+@given(q=st.floats(1e-2, 1e3), b=st.floats(-20, 20), c=st.floats(1e-3, 1e3))
+def test_repeated_row_updates_reach_the_exact_minimizer(q, b, c):
+    # The forcing tolerance is relative to the start, so updating the same row again with the
+    # margin it now has drives |g'| to rounding level: no accuracy is lost at convergence.
+    s, a0 = 0.0, 0.0
+    for _ in range(6):
+        a, _ = dual.unpack_alpha(s, c)
+        s, _, _, _ = dual.row_update(q, b + q * (a - a0), s, c)
+    a, ca = dual.unpack_alpha(s, c)
+    assert abs(q * (a - a0) + b + math.log(a / ca)) <= 1e-9 * (1 + abs(b) + q * c)
 
 
 @given(frac=st.floats(1e-300, 1.0), c=bounds)
@@ -61,7 +87,7 @@ def test_packing_keeps_both_sides_exact(frac, c):
 
 
 def test_zero_weight_rows_never_move():
-    assert dual.newton_step(3.0, -2.0, 0.0, 0.0) == (0.0, 0.0)
+    assert dual.row_update(3.0, -2.0, 0.0, 0.0) == (0.0, 0.0, 0.0, 0.0)
     assert dual.row_gap(1.0, 0.0, 0.0) == 0.0
 
 
