@@ -2,49 +2,135 @@
 
 A streamed chunk comes and goes every epoch, but its rows' dual variables (8 bytes/row) must
 stay, and so should their exact squared norms (4 bytes/row; computing them needs a scratch pass
-over the row). Both live in flat arrays indexed by ``offsets[k] + row``; when they would not fit
-the memory budget they live in memory-mapped files instead.
+over the row). Both live in flat arrays indexed by ``offsets[k] + row``.
+
+When they would not fit the memory budget they are *spilled* to a file in the temp dir and
+accessed by ``pread`` / ``pwrite`` of one chunk's slice at a time (:class:`DiskArray`): the bytes
+sit in the page cache, which the kernel may evict, never in this process's RSS. (A memory map was
+used before; every page it touches counts in RSS until it is unmapped, so a 200M-row fit's 1.6 GB
+of alpha crept into RSS through the pages at chunk edges and through checkpoints.)
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import tempfile
 
 import numpy as np
 
+from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
 
 
-class DualState:
-    """``alpha`` (packed, float64) and ``sqnorm`` (float32) for every row of every chunk."""
+class DiskArray:
+    """A flat 1-d array in a file, read and written by slices (``a[lo:hi]``, ``a[lo:hi] = x``).
 
-    def __init__(self, chunk_rows: list[int], spill_dir: str | None = None):
+    Reading a slice returns a fresh ndarray (a copy: writing into it changes nothing on disk).
+    Only what :class:`DualState` and checkpoints need is supported: ``len``, ``dtype``,
+    contiguous slices, and :meth:`read_into` / :meth:`write` for chosen buffers.
+    """
+
+    def __init__(self, path: str, n: int, dtype):
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.shape = (int(n),)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(self._fd, self.nbytes)  # sparse: reads of untouched parts give zeros
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return len(self) * self.itemsize
+
+    def _range(self, key) -> tuple[int, int]:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("a DiskArray takes contiguous slices only, e.g. a[lo:hi]")
+        lo, hi, _ = key.indices(len(self))
+        return lo, max(lo, hi)
+
+    def read_into(self, lo: int, out: np.ndarray) -> None:
+        """Fill ``out`` with elements ``[lo, lo + len(out))``."""
+        view = memoryview(out).cast("B")
+        off = lo * self.itemsize
+        while len(view):
+            n = os.preadv(self._fd, [view], off)
+            if n <= 0:
+                raise ResourceError(f"{self.path}: short read at byte {off} (file truncated?)")
+            view, off = view[n:], off + n
+
+    def write(self, lo: int, data: np.ndarray) -> None:
+        """Store ``data`` as elements ``[lo, lo + len(data))``."""
+        view = memoryview(np.ascontiguousarray(data, dtype=self.dtype)).cast("B")
+        off = lo * self.itemsize
+        while len(view):
+            try:
+                n = os.pwrite(self._fd, view, off)
+            except OSError as e:
+                raise ResourceError(
+                    f"{self.path}: cannot write spilled dual variables ({e.strerror}); free disk "
+                    "space or set SNAPFIT_TMPDIR."
+                ) from None
+            view, off = view[n:], off + n
+
+    def __getitem__(self, key) -> np.ndarray:
+        lo, hi = self._range(key)
+        out = np.empty(hi - lo, self.dtype)
+        self.read_into(lo, out)
+        return out
+
+    def __setitem__(self, key, value) -> None:
+        lo, hi = self._range(key)
+        data = np.broadcast_to(np.asarray(value, dtype=self.dtype), (hi - lo,))
+        self.write(lo, data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class DualState:
+    """``alpha`` (packed, float64) and ``sqnorm`` (float32) for every row of every chunk.
+
+    Parameters
+    ----------
+    chunk_rows : list of int
+    spill_dir : str, optional
+        Keep the arrays in files there (:class:`DiskArray`) instead of memory. Chunk ``k``'s
+        slice is then read on its first ``alpha_of(k)`` / ``sqnorm_of(k)`` of a pass and written
+        back by ``release(k)``: only the chunks in flight are in memory.
+    with_sqnorm : bool
+        False when the source delivers each chunk's norms itself (``snapfit.stream``): no
+        ``sqnorm`` array is kept, and ``nbytes_per_row`` is 8.
+    """
+
+    def __init__(self, chunk_rows: list[int], spill_dir: str | None = None, *, with_sqnorm=True):
         self.offsets = np.zeros(len(chunk_rows) + 1, dtype=np.int64)
         np.cumsum(chunk_rows, out=self.offsets[1:])
         n = int(self.offsets[-1])
         self._spill = None
+        self._out: dict[int, np.ndarray] = {}  # spilled: chunk -> its alpha, checked out
+        self._out_sq: dict[int, np.ndarray] = {}
+        m = n if with_sqnorm else 0
         if spill_dir is None:
             self.alpha = np.zeros(n, dtype=np.float64)
-            self.sqnorm = np.zeros(n, dtype=np.float32)
+            self.sqnorm = np.zeros(m, dtype=np.float32)
         else:
             # Deleted on close; the name exists only while the fit runs.
             self._spill = tempfile.TemporaryDirectory(prefix="snapfit-dual-", dir=spill_dir)
-            self.alpha = np.lib.format.open_memmap(
-                os.path.join(self._spill.name, "alpha.npy"), mode="w+", dtype=np.float64, shape=(n,)
-            )
-            self.sqnorm = np.lib.format.open_memmap(
-                os.path.join(self._spill.name, "sqnorm.npy"),
-                mode="w+",
-                dtype=np.float32,
-                shape=(n,),
-            )
+            self.alpha = DiskArray(os.path.join(self._spill.name, "alpha.f64"), n, np.float64)
+            self.sqnorm = DiskArray(os.path.join(self._spill.name, "sqnorm.f32"), m, np.float32)
         self.has_sqnorm = np.zeros(len(chunk_rows), dtype=bool)
 
     @property
     def spilled(self) -> bool:
-        """True when the dual variables live in a memory-mapped file (outside the budget)."""
+        """True when the dual variables live in a file (outside the budget)."""
         return self._spill is not None
 
     @property
@@ -52,52 +138,66 @@ class DualState:
         return int(self.offsets[-1])
 
     @staticmethod
-    def nbytes_per_row() -> int:
-        return 8 + 4
+    def nbytes_per_row(with_sqnorm: bool = True) -> int:
+        return 8 + (4 if with_sqnorm else 0)
+
+    def read_alpha(self, lo: int, out: np.ndarray) -> None:
+        """Copy alpha of rows ``[lo, lo + len(out))`` into ``out`` (spilled or not)."""
+        if self._spill is None:
+            out[:] = self.alpha[lo : lo + len(out)]
+        else:
+            self.alpha.read_into(lo, out)
+
+    def write_alpha(self, lo: int, data: np.ndarray) -> None:
+        """Store ``data`` as alpha of rows ``[lo, lo + len(data))``."""
+        if self._spill is None:
+            self.alpha[lo : lo + len(data)] = data
+        else:
+            self.alpha.write(lo, data)
 
     def alpha_of(self, k: int) -> np.ndarray:
-        return self.alpha[self.offsets[k] : self.offsets[k + 1]]
+        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
+        if self._spill is None:
+            return self.alpha[lo:hi]
+        out = self._out.get(k)
+        if out is None:  # the parts of a split chunk share one copy; dict ops are atomic
+            out = self._out.setdefault(k, self.alpha[lo:hi])
+        return out
 
     def sqnorm_of(self, k: int, chunk, scratch) -> np.ndarray:
         """Row norms of chunk ``k``, computed on first use with a thread's ``scratch`` arrays."""
-        out = self.sqnorm[self.offsets[k] : self.offsets[k + 1]]
+        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
+        if self._spill is None:
+            out = self.sqnorm[lo:hi]
+        else:
+            out = self._out_sq.get(k)
+            if out is None:
+                out = self._out_sq.setdefault(
+                    k, self.sqnorm[lo:hi] if self.has_sqnorm[k] else np.zeros(hi - lo, np.float32)
+                )
         if not self.has_sqnorm[k]:
             acc, stamp = scratch
             values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
             cpu.row_sqnorms(
                 chunk.indptr, chunk.indices, values, chunk.values is not None, acc, stamp, out
             )
+            if self._spill is not None:
+                self.sqnorm.write(lo, out)
             self.has_sqnorm[k] = True
         return out
 
     def release(self, k: int) -> None:
-        """Chunk ``k`` is done for now: let its spilled pages leave this process's RSS.
-
-        For a shared file mapping ``MADV_DONTNEED`` only unmaps the pages; their contents stay
-        in the page cache and the file, and come back on the next access. Without it every
-        touched page of the memory map would stay counted in RSS until the fit ends.
-        """
+        """Chunk ``k`` is done for now: a spilled state writes its alpha back and forgets it."""
         if self._spill is None:
             return
-        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
-        for arr in (self.alpha, self.sqnorm):
-            _drop_pages(arr, lo * arr.itemsize, hi * arr.itemsize)
+        alpha = self._out.pop(k, None)
+        if alpha is not None:
+            self.alpha.write(int(self.offsets[k]), alpha)
+        self._out_sq.pop(k, None)
 
     def close(self) -> None:
         if self._spill is not None:
-            del self.alpha, self.sqnorm
+            self.alpha.close()
+            self.sqnorm.close()
             self._spill.cleanup()
             self._spill = None
-
-
-def _drop_pages(arr: np.memmap, start: int, stop: int) -> None:
-    """``madvise(MADV_DONTNEED)`` on the whole pages inside bytes ``[start, stop)`` of ``arr``."""
-    mm = getattr(arr, "_mmap", None)
-    if mm is None or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    base = arr.offset  # the .npy header precedes the data in the mapping
-    page = mmap.PAGESIZE
-    lo = -(-(base + start) // page) * page
-    hi = (base + stop) // page * page
-    if hi > lo:
-        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine.state import DualState, _drop_pages
+from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.stream.budget import BudgetPlan, _align, chunk_nbytes, plan_budget, temp_dir
 from snapfit.stream.cache import PieceCache, _file_flags, make_pieces
@@ -205,7 +205,7 @@ class StreamSource:
             self.cache.fill(targets, int(p), resident.get(int(p)))
             if z0:
                 indptr[r0 + 1 : r0 + m + 1] += z0
-            alpha[rows] = self.state.alpha[offsets[p] : offsets[p + 1]]
+            self.state.read_alpha(int(offsets[p]), alpha[rows])
             r0, z0 = r0 + m, z0 + z
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
@@ -247,9 +247,7 @@ class StreamSource:
             offsets, r0 = self.state.offsets, 0
             for p in live.pieces:
                 lo, hi = int(offsets[p]), int(offsets[p + 1])
-                self.state.alpha[lo:hi] = live.alpha[r0 : r0 + hi - lo]
-                if self.plan.spill_dual:
-                    _drop_pages(self.state.alpha, 8 * lo, 8 * hi)
+                self.state.write_alpha(lo, live.alpha[r0 : r0 + hi - lo])
                 r0 += hi - lo
         self.pool.release(k)
 
@@ -280,7 +278,7 @@ class StreamSource:
         self._target = target
 
     def make_state(self) -> DualState:
-        """Dual variables per piece (memory-mapped when the plan says spill); norms come with
+        """Dual variables per piece (in a file when the plan says spill); norms come with
         the chunks, so the state hands out the live chunk's arrays."""
         state = _PieceState(self, [int(r) for r in self.pieces.rows],
                             spill_dir=self.cache_dir if self.plan.spill_dual else None)  # fmt: skip
@@ -320,9 +318,8 @@ class _PieceState(DualState):
     """``DualState`` laid out by piece; a chunk's alpha and norms are its buffer's copies."""
 
     def __init__(self, source: StreamSource, piece_rows: list[int], spill_dir=None):
-        super().__init__(piece_rows, spill_dir=spill_dir)
-        self._source = source
-        self.sqnorm = np.zeros(0, np.float32)  # norms live in the cache, not here
+        super().__init__(piece_rows, spill_dir=spill_dir, with_sqnorm=False)
+        self._source = source  # norms live in the cache, not here
 
     def alpha_of(self, k: int) -> np.ndarray:
         return self._source._live[k].alpha
