@@ -15,7 +15,9 @@ each row group is cut into small pieces, and ``snapfit.stream.source`` deals the
 chunks every epoch; each piece record also carries its rows' squared norms (computed once here)
 so a chunk's norms arrive with its data.
 
-One file per fit, in ``SNAPFIT_TMPDIR`` or the system temp dir, deleted on close.
+One file per fit, in ``SNAPFIT_TMPDIR`` or the system temp dir, deleted on close. When the
+cache would not fit the free space there, ``snapfit.stream.direct`` decodes Parquet every epoch
+instead (same records, built in memory).
 
 Piece record layout (no padding; ``indptr[0] == 0`` is not stored)::
 
@@ -33,10 +35,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from snapfit.errors import ResourceError
-from snapfit.solvers import cpu
+from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes, run_readers, where
 
 
 @dataclass(frozen=True)
@@ -69,63 +70,82 @@ def make_pieces(rg_rows, piece_rows: int) -> Pieces:
     return Pieces(np.array(rg, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
 
 
-def _file_flags(dataset) -> tuple[bool, bool]:
-    """(any file has ``values``, any file has ``weight``): a chunk mixes pieces of all files."""
-    has_values = has_weight = False
-    for f in getattr(dataset, "files", []):
-        names = pq.ParquetFile(f).schema_arrow.names
-        has_values |= "values" in names
-        has_weight |= "weight" in names
-    return has_values, has_weight
+def records_nbytes(dataset, has_values: bool, has_weight: bool) -> int:
+    """Bytes of all piece records of ``dataset`` (the size of a full cache file)."""
+    rows = sum(r.n_rows for r in dataset.chunks)
+    nnz = sum(r.nnz for r in dataset.chunks)
+    return record_nbytes(rows, nnz, has_values, has_weight)
 
 
-class PieceCache:
-    """Decoded pieces in one raw file; build with :meth:`ingest`, then :meth:`fill` chunks.
+class PieceStore:
+    """Where the pieces' records come from; the base keeps what both kinds share.
 
     Parameters
     ----------
     dataset : snapfit.data.Dataset
     pieces : Pieces
     directory : str
-        Where the cache file is created (needs about the decoded size of the data free).
+        Where the store's files are created (a private directory removed on close).
     """
+
+    mode = "base"
 
     def __init__(self, dataset, pieces: Pieces, directory: str):
         self.dataset = dataset
         self.pieces = pieces
         self.n_features = int(dataset.n_features)
-        self.has_values, self.has_weight = _file_flags(dataset)
+        self.has_values, self.has_weight = file_flags(dataset)
+        self.decoder = PieceDecoder(dataset, pieces, self.has_values, self.has_weight)
         self.piece_nnz = np.zeros(len(pieces), np.int64)
-        self.piece_off = np.zeros(len(pieces), np.int64)
-        self._by_rg: dict[int, list[int]] = {}
-        for p, g in enumerate(pieces.rg):
-            self._by_rg.setdefault(int(g), []).append(p)
         self._dir = tempfile.mkdtemp(prefix="snapfit-cache-", dir=directory)
+        self.ingest_seconds = 0.0
+
+    def record_nbytes(self, p) -> np.ndarray | int:
+        """Bytes of piece record(s) ``p`` (in the file, and when kept in memory)."""
+        return self.decoder.record_nbytes(self.pieces.rows[p], self.piece_nnz[p])
+
+    def where(self, ps) -> str:
+        """Where pieces ``ps`` come from, for error messages."""
+        return where(self.dataset, self.pieces, ps)
+
+    def ingest(self, n_readers: int = 2) -> None:
+        """First pass: decode every row group once (``n_readers`` threads)."""
+        t0 = time.perf_counter()
+        run_readers(sorted(self.decoder.by_rg), self._ingest_row_group, n_readers,
+                    "snapfit-ingest")  # fmt: skip
+        self.ingest_seconds = time.perf_counter() - t0
+
+    def _ingest_row_group(self, g: int) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def copy_record(targets: list[np.ndarray], record: np.ndarray) -> None:
+        """Copy a piece's ``record`` into ``targets`` (its arrays' places in a chunk buffer)."""
+        pos = 0
+        for t in targets:
+            tb = t.view(np.uint8)
+            tb[:] = record[pos : pos + len(tb)]
+            pos += len(tb)
+
+    def close(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class PieceCache(PieceStore):
+    """Decoded pieces in one raw file; build with :meth:`ingest`, then :meth:`read` chunks."""
+
+    mode = "cache"
+
+    def __init__(self, dataset, pieces: Pieces, directory: str):
+        super().__init__(dataset, pieces, directory)
+        self.piece_off = np.zeros(len(pieces), np.int64)
         self.path = os.path.join(self._dir, "pieces.bin")
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self._end = 0
         self._lock = threading.Lock()
-        self.ingest_seconds = 0.0
 
-    def record_nbytes(self, p) -> np.ndarray | int:
-        """Bytes of piece record(s) ``p`` in the file (and when kept resident)."""
-        n = self.pieces.rows[p]
-        z = self.piece_nnz[p]
-        per_row = 8 + 4 + 4 + (4 if self.has_weight else 0)
-        return n * per_row + z * (4 + (4 if self.has_values else 0))
-
-    def where(self, ps) -> str:
-        """Where pieces ``ps`` come from, for error messages."""
-        refs = self.dataset.chunks
-        names = sorted({f"{os.path.basename(refs[g].file)} row group {refs[g].row_group}"
-                        for g in self.pieces.rg[list(ps)]})  # fmt: skip
-        return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
-
-    # -- first pass ------------------------------------------------------------------------
     def check_space(self) -> None:
-        rows = sum(r.n_rows for r in self.dataset.chunks)
-        nnz = sum(r.nnz for r in self.dataset.chunks)
-        need = rows * 20 + nnz * 8
+        need = records_nbytes(self.dataset, self.has_values, self.has_weight)
         free = shutil.disk_usage(self._dir).free
         if need > free:
             raise ResourceError(
@@ -134,72 +154,20 @@ class PieceCache:
             )
 
     def ingest(self, n_readers: int = 2) -> None:
-        """Decode every row group once (``n_readers`` threads) and write its pieces."""
-        t0 = time.perf_counter()
         self.check_space()
-        todo = iter(sorted(self._by_rg))
-        lock = threading.Lock()
-        errors: list[BaseException] = []
-        stop = threading.Event()
+        super().ingest(n_readers)
 
-        def work():
-            d = self.n_features
-            scratch = (np.zeros(d), np.full(d, -1, dtype=np.int64))
-            while not stop.is_set():
-                with lock:
-                    g = next(todo, None)
-                if g is None:
-                    return
-                try:
-                    self._ingest_row_group(g, scratch)
-                except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-                    errors.append(e)
-                    stop.set()
-
-        threads = [
-            threading.Thread(target=work, name=f"snapfit-ingest-{i}", daemon=True)
-            for i in range(max(1, n_readers))
-        ]
-        for th in threads:
-            th.start()
-        try:
-            for th in threads:
-                while th.is_alive():
-                    th.join(0.2)  # short joins keep the main thread responsive to signals
-        except BaseException:
-            stop.set()
-            for th in threads:
-                th.join(30)
-            raise
-        if errors:
-            raise errors[0]
-        self.ingest_seconds = time.perf_counter() - t0
-
-    def _ingest_row_group(self, g: int, scratch) -> None:
-        chunk = self.dataset.read_chunk(g)
-        values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
-        sq = np.empty(chunk.n_rows, np.float32)
-        cpu.row_sqnorms(chunk.indptr, chunk.indices, values, chunk.values is not None, *scratch, sq)
-        for p in self._by_rg[g]:
-            lo, hi = int(self.pieces.lo[p]), int(self.pieces.hi[p])
-            a, b = int(chunk.indptr[lo]), int(chunk.indptr[hi])
-            parts = [chunk.indptr[lo + 1 : hi + 1] - a, chunk.indices[a:b]]
-            if self.has_values:
-                vals = chunk.values[a:b] if chunk.values is not None else None
-                parts.append(vals if vals is not None else np.ones(b - a, np.float32))
-            parts.append(chunk.y[lo:hi])
-            if self.has_weight:
-                wt = chunk.weight[lo:hi] if chunk.weight is not None else None
-                parts.append(wt if wt is not None else np.ones(hi - lo, np.float32))
-            parts.append(sq[lo:hi])
-            parts = [np.ascontiguousarray(x) for x in parts]
+    def _ingest_row_group(self, g: int) -> None:
+        def emit(p, parts):
             size = sum(x.nbytes for x in parts)
             with self._lock:
                 off = self._end
                 self._end += size
-            self.piece_nnz[p] = b - a
+            self.piece_nnz[p] = len(parts[1])
             self.piece_off[p] = off
             self._write(parts, off, g)
+
+        self.decoder.decode(g, emit)
 
     def _write(self, parts, off: int, g: int) -> None:
         ref = self.dataset.chunks[g]
@@ -222,17 +190,13 @@ class PieceCache:
         self._readv([buf], int(self.piece_off[p]), [p])
         return buf
 
-    def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None) -> None:
+    def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None = None) -> None:
         """Copy piece ``p`` into ``targets`` (its arrays' places in a chunk buffer), from its
         resident ``record`` or else from the file with one ``preadv``."""
         if record is None:
             self._readv(targets, int(self.piece_off[p]), [p])
-            return
-        pos = 0
-        for t in targets:
-            tb = t.view(np.uint8)
-            tb[:] = record[pos : pos + len(tb)]
-            pos += len(tb)
+        else:
+            self.copy_record(targets, record)
 
     def _readv(self, arrays, off: int, ps) -> None:
         views = [memoryview(a).cast("B") for a in arrays]
@@ -254,4 +218,4 @@ class PieceCache:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-            shutil.rmtree(self._dir, ignore_errors=True)
+        super().close()

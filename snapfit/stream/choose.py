@@ -15,7 +15,7 @@ from snapfit.stream.budget import (
     fixed_nbytes,
     parse_memory_budget,
 )
-from snapfit.stream.cache import _file_flags
+from snapfit.stream.decode import file_flags as _file_flags
 from snapfit.stream.source import StreamSource
 
 

@@ -30,7 +30,8 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.stream.budget import BudgetPlan, _align, chunk_nbytes, plan_budget, temp_dir
-from snapfit.stream.cache import PieceCache, _file_flags, make_pieces
+from snapfit.stream.cache import PieceCache, make_pieces
+from snapfit.stream.decode import file_flags as _file_flags
 from snapfit.stream.prefetch import BufferPool, Prefetcher
 
 DEFAULT_CHUNK_ROWS = 1 << 16
