@@ -2,17 +2,22 @@
 
 The budget charges everything that grows with the data or the model and stays for the fit:
 
-* ``fixed``: per CPU thread a view of ``w`` (8 bytes/feature) and the ``row_sqnorms`` scratch
-  (16 bytes/feature); these do not depend on the rows, but a 2^24-feature model with 2 threads
-  already holds ~800 MB, so they must be counted;
+* ``views``: per solver thread a view of ``w`` (8 bytes/feature; view 0 is ``w`` itself) and one
+  more copy for the epoch's start / the result. Streamed chunks bring their rows' norms, so the
+  solver threads need no norm scratch; the first pass computes norms with a small per-row table
+  (``snapfit.stream.decode``), so its readers need none either. (A 2^24-feature model with 2
+  threads still holds 400 MB here.)
 * ``pool``: the reusable buffers the reader fills while the solver works (at least two:
-  double buffering); during the first pass the same bytes hold the row groups being decoded;
-* ``dual``: 12 bytes/row (alpha float64 + squared norm float32), spilled to a memory-mapped file
-  when it would leave less than the pool;
-* ``resident``: whatever is left keeps decoded chunks in memory across epochs (DuHL picks which).
+  double buffering);
+* ``dual``: 8 bytes/row (alpha float64), spilled to a file read and written by chunk slices when
+  it would leave less than the pool;
+* ``resident``: whatever is left keeps decoded pieces in memory across epochs (DuHL picks which),
+  or, when Parquet is decoded every epoch, holds the window of decoded row groups.
 
-Python objects, the interpreter, numba and pyarrow's own pools are not charged: they are a
-constant measured at ~150-250 MB here, independent of the data size.
+The first pass runs before any of these exist and is charged separately: each reader holds one
+batch being decoded (``PieceDecoder.batch_peak_nbytes``), so the minimum is the larger of the
+two phases. Python objects, the interpreter, numba and pyarrow's own pools are not charged: they
+are a constant measured at ~150-250 MB here, independent of the data size.
 """
 
 from __future__ import annotations
@@ -96,8 +101,13 @@ def _align(n: int) -> int:
 
 
 def fixed_nbytes(n_features: int, n_jobs: int) -> int:
-    """Per-thread ``w`` views and norm scratch (see the module docstring)."""
+    """Per-thread ``w`` views and ``cpu.row_sqnorms`` scratch of an in-memory fit (24 B each)."""
     return max(1, n_jobs) * (n_features + 1) * (8 + 16)
+
+
+def views_nbytes(n_features: int, n_jobs: int) -> int:
+    """A streamed fit's ``w`` views: one per solver thread plus one copy (see the docstring)."""
+    return (max(1, n_jobs) + 1) * (n_features + 1) * 8
 
 
 @dataclass(frozen=True)
@@ -105,21 +115,22 @@ class BudgetPlan:
     """How ``budget`` bytes are split; ``resident`` is what DuHL may keep across epochs."""
 
     budget: int
-    fixed: int
+    fixed: int  # the w views
     pool: int
     n_buffers: int
     dual: int
     spill_dual: bool
     resident: int
     minimum: int
+    ingest: int = 0  # per first-pass reader
 
     def describe(self) -> str:
         mb = 1e6
         return (
-            f"budget {self.budget / mb:.0f} MB = fixed {self.fixed / mb:.0f} MB + read buffers "
+            f"budget {self.budget / mb:.0f} MB = w views {self.fixed / mb:.0f} MB + read buffers "
             f"{self.n_buffers} x {self.pool / self.n_buffers / mb:.1f} MB + dual "
             f"{self.dual / mb:.0f} MB{' (spilled to disk)' if self.spill_dual else ''} + "
-            f"resident chunks up to {self.resident / mb:.0f} MB"
+            f"resident up to {self.resident / mb:.0f} MB (minimum {self.minimum / mb:.0f} MB)"
         )
 
 
@@ -130,32 +141,36 @@ def plan_budget(
     n_jobs: int,
     n_rows: int,
     max_chunk_bytes: int,
-    max_row_group_bytes: int,
+    ingest_bytes: int = 0,
     n_buffers: int = 3,
+    dual_per_row: int = 8,
+    resident_min: int = 0,
 ) -> BudgetPlan:
     """Split ``budget``; raise :class:`ResourceError` naming the minimum when it cannot work.
 
-    The minimum is the fixed part plus two chunk buffers (double buffering), where a buffer must
-    also hold one decoded row group during the first pass. Three buffers are used when they fit:
-    the third absorbs jitter between the reader and the solver threads.
+    The minimum is the larger of the first pass (one reader's ``ingest_bytes``) and training:
+    the ``w`` views, two chunk buffers (double buffering) and ``resident_min`` (what decoding
+    Parquet every epoch needs for its window). Three buffers are used when they fit: the third
+    absorbs jitter between the reader and the solver threads.
     """
-    fixed = fixed_nbytes(n_features, n_jobs)
-    slot = max(max_chunk_bytes, max_row_group_bytes)
-    minimum = fixed + 2 * slot
+    fixed = views_nbytes(n_features, n_jobs)
+    slot = max(1, max_chunk_bytes)
+    minimum = max(fixed + 2 * slot + resident_min, ingest_bytes)
     if budget < minimum:
+        window = f" + {resident_min / 1e6:.0f} MB of decoded row groups" if resident_min else ""
         raise ResourceError(
             f"memory_budget of {budget / 1e6:.1f} MB is too small: the minimum here is "
-            f"{math.ceil(minimum / 1e6)} MB ({fixed / 1e6:.1f} MB for {n_jobs} thread(s) x "
-            f"{n_features} features + 2 read buffers of {slot / 1e6:.1f} MB, the largest chunk "
-            "or row group). Raise the budget, or re-write the data with smaller row groups / "
-            "pass a smaller chunk_rows."
+            f"{math.ceil(minimum / 1e6)} MB ({fixed / 1e6:.1f} MB of w views for {n_jobs} "
+            f"thread(s) x {n_features} features + 2 read buffers of {slot / 1e6:.1f} MB, the "
+            f"largest chunk{window}). Raise the budget or pass a smaller chunk_rows."
         )
-    n_buffers = max(2, min(n_buffers, (budget - fixed) // slot))
+    n_buffers = max(2, min(n_buffers, (budget - fixed - resident_min) // slot))
     pool = n_buffers * slot
-    dual = 12 * n_rows
-    spill = fixed + pool + dual > budget
+    dual = dual_per_row * n_rows
+    spill = fixed + pool + dual + resident_min > budget
     left = budget - fixed - pool - (0 if spill else dual)
-    return BudgetPlan(budget, fixed, pool, n_buffers, dual, spill, max(0, left), minimum)
+    return BudgetPlan(budget, fixed, pool, n_buffers, dual, spill, max(0, left), minimum,
+                      ingest_bytes)  # fmt: skip
 
 
 def temp_dir() -> str:

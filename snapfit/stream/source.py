@@ -2,23 +2,29 @@
 
 Life of a fit:
 
-1. ``__init__`` cuts row groups into pieces, checks the budget and runs the first pass: reader
-   threads decode every row group once into the raw piece cache (``snapfit.stream.cache``).
+1. ``__init__`` cuts row groups into pieces, checks the budget (shrinking the default chunk size
+   when two buffers of it would not fit) and runs the first pass: reader threads decode every row
+   group once, batch by batch, into the raw piece cache (``snapfit.stream.cache``), or, when the
+   cache would not fit the temp dir's free space, only learn each piece's nnz and store its
+   rows' norms (``snapfit.stream.direct``: Parquet is then decoded again every epoch).
 2. Every epoch the pieces are dealt into ``n_chunks`` new chunks (seeded by the epoch's chunk
    order, itself derived from ``(seed, epoch)``: so a resumed run deals the same way). The
    engine asks for chunks in its shuffled order; the prefetch thread assembles each chunk in a
-   reusable pool buffer (resident pieces by memcpy, the others by ``preadv`` from the cache),
-   together with its rows' norms and dual variables, while the solver threads work on earlier
-   chunks. When the engine calls ``release(k)`` the dual variables go back to the ``DualState``
-   and the buffer returns to the pool.
-3. After each epoch the engine reports per-chunk duality gaps (``update_gaps``); pieces with the
-   largest gap per byte that fit the resident share of the budget are kept in memory for the
-   next epoch (DuHL, Duenner et al. 2017): the rows still far from optimal are the ones worth
-   keeping close. Residency changes where bytes come from, never the arithmetic.
+   reusable pool buffer (resident pieces by memcpy, the others by ``preadv`` from the cache or
+   from the decoder's window), together with its rows' norms and dual variables, while the
+   solver threads work on earlier chunks. When the engine calls ``release(k)`` the dual
+   variables go back to the ``DualState`` and the buffer returns to the pool.
+3. After each epoch the engine reports per-chunk duality gaps (``update_gaps``); with the cache,
+   pieces with the largest gap per byte that fit the resident share of the budget are kept in
+   memory for the next epoch (DuHL, Duenner et al. 2017): the rows still far from optimal are
+   the ones worth keeping close. Residency changes where bytes come from, never the arithmetic.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -30,12 +36,19 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.stream.budget import BudgetPlan, _align, chunk_nbytes, plan_budget, temp_dir
-from snapfit.stream.cache import PieceCache, make_pieces
-from snapfit.stream.decode import file_flags as _file_flags
+from snapfit.stream.cache import PieceCache, make_pieces, records_nbytes
+from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
+from snapfit.stream.direct import ParquetPieces
 from snapfit.stream.prefetch import BufferPool, Prefetcher
+
+log = logging.getLogger("snapfit")
 
 DEFAULT_CHUNK_ROWS = 1 << 16
 DEFAULT_PIECE_ROWS = 1 << 12
+#: The default chunk size is halved down to this when two buffers would not fit the budget.
+MIN_CHUNK_ROWS = 1 << 12
+#: Free space the cache leaves on the temp disk (other files, the spilled duals).
+DISK_MARGIN = 0.05
 
 
 @dataclass
@@ -59,7 +72,8 @@ class StreamSource:
     n_jobs : int
         Solver threads (their ``w`` views are charged to the budget).
     chunk_rows : int, optional
-        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks).
+        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks, and
+        halved down to 4096 while two chunk buffers would not fit the budget).
         Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
     piece_rows : int, optional
         Default ``chunk_rows // 16``, at most 4096.
@@ -72,6 +86,11 @@ class StreamSource:
     cache_dir : str, optional
         Directory for the piece cache and spilled dual variables (default ``$SNAPFIT_TMPDIR``
         or the system temp dir).
+    mode : {"auto", "cache", "parquet"}, optional
+        Where epochs read pieces from: the raw cache (fast; needs ~16 B/row + 8 B/nnz of free
+        disk) or Parquet decoded again every epoch. "auto" uses the cache when it fits the free
+        space of ``cache_dir`` and says so in a log line when it does not. Default: the
+        ``SNAPFIT_STREAM`` environment variable, else "auto".
     """
 
     def __init__(
@@ -85,6 +104,7 @@ class StreamSource:
         seed: int = 0,
         n_readers: int = 2,
         cache_dir: str | None = None,
+        mode: str | None = None,
     ):
         self.dataset = dataset
         self.n_features = int(dataset.n_features)
@@ -92,36 +112,53 @@ class StreamSource:
         self.seed = int(seed)
         refs = dataset.chunks
         total = sum(r.n_rows for r in refs)
+        self._flags = has_values, has_weight = file_flags(dataset)
+        self.mode = self._pick_mode(mode, records_nbytes(dataset, has_values, has_weight))
+        rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
+        # Decoding Parquet every epoch keeps a window of at least two row groups' records.
+        window_min = 2 * rg_bytes if self.mode == "parquet" else 0
+        plan_args = dict(n_features=self.n_features, n_jobs=n_jobs, n_rows=total,
+                         resident_min=window_min)  # fmt: skip
+        user_rows = chunk_rows is not None
         chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
-        piece_rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
-        self.pieces = make_pieces([r.n_rows for r in refs], min(piece_rows, chunk_rows))
-        n_rows = int(self.pieces.rows.sum())
-        self.per_chunk = max(1, round(chunk_rows / max(1, min(piece_rows, chunk_rows))))
-        self._n_chunks = -(-len(self.pieces) // self.per_chunk)
-        has_values, has_weight = _file_flags(dataset)
-        self._flags = (has_values, has_weight)
-        rg_bytes = max(chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in refs)
         density = max(r.nnz / max(1, r.n_rows) for r in refs)
-        rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
-        estimate = self._buffer_nbytes(rows, int(np.ceil(density * rows)))
-        plan_args = dict(n_features=self.n_features, n_jobs=n_jobs + n_readers, n_rows=n_rows,
-                         max_row_group_bytes=rg_bytes)  # fmt: skip
-        self.plan: BudgetPlan = plan_budget(int(budget), max_chunk_bytes=estimate, **plan_args)
-        spare = self.plan.budget - self.plan.fixed - (0 if self.plan.spill_dual else self.plan.dual)
-        n_readers = int(max(1, min(n_readers, spare // max(1, 2 * rg_bytes))))
-        self.cache = PieceCache(dataset, self.pieces, self.cache_dir)
+        while True:
+            self._layout(chunk_rows, piece_rows)
+            decoder = PieceDecoder(dataset, self.pieces, *self._flags)
+            ingest = decoder.batch_peak_nbytes()
+            rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
+            estimate = self._buffer_nbytes(rows, int(np.ceil(density * rows)))
+            try:
+                self.plan: BudgetPlan = plan_budget(
+                    int(budget), max_chunk_bytes=estimate, ingest_bytes=ingest, **plan_args
+                )
+                break
+            except ResourceError:
+                if user_rows or chunk_rows // 2 < MIN_CHUNK_ROWS:
+                    raise
+                chunk_rows //= 2
+        self.chunk_rows_target = chunk_rows
+        n_readers = int(max(1, min(n_readers, int(budget) // max(1, ingest))))
+        store = PieceCache if self.mode == "cache" else ParquetPieces
+        self.cache = store(dataset, self.pieces, self.cache_dir)
         try:
             self.cache.ingest(n_readers)
             # Now the nnz of every piece is known: size the buffers exactly.
-            self.plan = plan_budget(int(budget), max_chunk_bytes=self._max_buffer(), **plan_args)
+            self.plan = plan_budget(int(budget), max_chunk_bytes=self._max_buffer(),
+                                    ingest_bytes=ingest, **plan_args)  # fmt: skip
         except BaseException:
             self.cache.close()
             raise
+        self.window = 0.0
+        if self.mode == "parquet":
+            # The decoder holds ~window/2 + 2 row groups (module docstring of ``direct``).
+            self.window = max(1.0, self.plan.resident / max(1, rg_bytes) - 2.0)
         self._record = np.asarray(self.cache.record_nbytes(np.arange(len(self.pieces))))
         self.pool = BufferPool(self.plan.n_buffers, self._max_buffer())
         self._resident: dict[int, np.ndarray] = {}
         self._target: set[int] = set()
         self._choose(np.zeros(len(self.pieces)))
+        self._rg_order = np.arange(len(refs))
         self._groups = self._deal(list(range(self.n_chunks)))
         self._live: dict[int, Live] = {}
         self.state: DualState | None = None
@@ -129,6 +166,32 @@ class StreamSource:
         self._prefetch: Prefetcher | None = None
         self.read_seconds = 0.0
         self.epoch_stats: list[dict] = []
+
+    def _pick_mode(self, mode: str | None, need: int) -> str:
+        mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
+        if mode not in ("auto", "cache", "parquet"):
+            raise ValueError(
+                f"stream mode is {mode!r} (mode= or SNAPFIT_STREAM); use auto, cache or parquet."
+            )
+        if mode != "auto":
+            return mode
+        usage = shutil.disk_usage(self.cache_dir)
+        room = usage.free - DISK_MARGIN * usage.total
+        if need <= room:
+            return "cache"
+        log.warning(
+            "the chunk cache would need %.1f GB in %s but %.1f GB are free: decoding Parquet "
+            "every epoch instead (slower; set SNAPFIT_TMPDIR to a disk with more room).",
+            need / 1e9, self.cache_dir, usage.free / 1e9,
+        )  # fmt: skip
+        return "parquet"
+
+    def _layout(self, chunk_rows: int, piece_rows: int | None) -> None:
+        refs = self.dataset.chunks
+        piece_rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
+        self.pieces = make_pieces([r.n_rows for r in refs], min(piece_rows, chunk_rows))
+        self.per_chunk = max(1, round(chunk_rows / max(1, min(piece_rows, chunk_rows))))
+        self._n_chunks = -(-len(self.pieces) // self.per_chunk)
 
     # -- sizes -----------------------------------------------------------------------------
     def _buffer_nbytes(self, n_rows: int, nnz: int) -> int:
@@ -168,10 +231,23 @@ class StreamSource:
 
         The order is a function of ``(seed, epoch)`` (``workers.plan_epoch``), so seeding the
         deal with it makes every epoch deal differently yet replayably, with no new engine hook.
+        From the cache any piece may join any chunk; decoding Parquet, chunk ``order[i]`` takes
+        the ``i``-th run of pieces in windowed key order (``snapfit.stream.direct``).
         """
         key = zlib.crc32(np.asarray(order, np.int64).tobytes())
-        perm = np.random.default_rng([self.seed, key]).permutation(len(self.pieces))
-        return [np.sort(perm[k :: self.n_chunks]) for k in range(self.n_chunks)]
+        rng = np.random.default_rng([self.seed, key])
+        n = self.n_chunks
+        if self.mode == "cache":
+            perm = rng.permutation(len(self.pieces))
+            return [np.sort(perm[k::n]) for k in range(n)]
+        rank = rng.permutation(len(self.dataset.chunks))
+        keys = rank[self.pieces.rg] + self.window * rng.random(len(self.pieces))
+        runs = np.array_split(np.argsort(keys, kind="stable"), n)
+        groups: list[np.ndarray] = [np.zeros(0, np.int64)] * n
+        for i, k in enumerate(order):
+            groups[int(k)] = np.sort(runs[i])
+        self._rg_order = np.argsort(rank)
+        return groups
 
     def _assemble(self, k: int, buf: np.ndarray, groups, resident) -> Live:
         ps = groups[k]
@@ -222,6 +298,8 @@ class StreamSource:
         self._live.clear()
         groups = self._groups = self._deal(order)
         resident = dict(self._resident)
+        if self.mode == "parquet":
+            self.cache.begin(self._rg_order, self.plan.resident)
         self._prefetch = pf = Prefetcher(
             order,
             self.pool,
@@ -265,8 +343,12 @@ class StreamSource:
         """DuHL: largest gap per byte first, while the resident share of the budget lasts.
 
         Ties (the first epoch, when no gap is known) keep the current residents, then go in
-        piece order, so nothing is re-read needlessly.
+        piece order, so nothing is re-read needlessly. Decoding Parquet, the resident share
+        holds the decoder's window instead.
         """
+        if self.mode != "cache":
+            self._target = set()
+            return
         n = len(self.pieces)
         keep = np.array([p in self._resident for p in range(n)])
         score = gaps / np.maximum(self._record, 1)
@@ -279,33 +361,43 @@ class StreamSource:
         self._target = target
 
     def make_state(self) -> DualState:
-        """Dual variables per piece (in a file when the plan says spill); norms come with
-        the chunks, so the state hands out the live chunk's arrays."""
+        """Dual variables per piece (in a file when the plan says spill); norms come with the
+        chunks, so the state hands out the live chunk's arrays."""
         state = _PieceState(self, [int(r) for r in self.pieces.rows],
                             spill_dir=self.cache_dir if self.plan.spill_dual else None)  # fmt: skip
         self.state = state
         return state
 
     def fingerprint(self) -> dict:
-        """What a checkpoint of this source depends on: pieces, chunks per epoch, deal seed."""
-        return {
+        """What a checkpoint of this source depends on: pieces, chunks per epoch, deal seed,
+        and how epochs deal (from the cache, or decoding Parquet with a window)."""
+        out = {
             "kind": "stream",
             "piece_rows": [int(r) for r in self.pieces.rows[:1]] + [len(self.pieces)],
             "n_chunks": self.n_chunks,
             "deal_seed": self.seed,
         }
+        if self.mode == "parquet":
+            out["parquet_window"] = round(self.window, 6)
+        return out
 
     def _stop_prefetch(self) -> None:
         if self._prefetch is not None:
+            if self.mode == "parquet":
+                self.cache.abort()  # a reader waiting for a piece returns
             self._prefetch.close()
             self._io_wait += self._prefetch.wait_seconds
             self.read_seconds += self._prefetch.read_seconds
             self._prefetch = None
+        if self.mode == "parquet":
+            self.cache.end()
 
     def close(self) -> None:
         self._stop_prefetch()
         self._resident.clear()
         self._live.clear()
+        if self.state is not None:
+            self.state.close()
         self.cache.close()
 
     def __enter__(self):

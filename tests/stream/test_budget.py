@@ -22,10 +22,10 @@ def test_parse_rejects(bad):
 def test_too_small_names_the_minimum():
     with pytest.raises(ResourceError, match=r"minimum here is \d+ MB"):
         plan_budget(10**6, n_features=2**20, n_jobs=2, n_rows=10, max_chunk_bytes=10**6,
-                    max_row_group_bytes=10**6)  # fmt: skip
+                    ingest_bytes=10**6)  # fmt: skip
 
 
 def test_dual_spills_when_it_would_not_fit():
     plan = plan_budget(50 * 10**6, n_features=10, n_jobs=1, n_rows=10**7, max_chunk_bytes=10**6,
-                       max_row_group_bytes=10**6)  # fmt: skip
+                       ingest_bytes=10**6)  # fmt: skip
     assert plan.spill_dual and plan.resident > 0
