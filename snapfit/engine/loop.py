@@ -165,7 +165,7 @@ class Trainer:
         results = self._run(order, plan, self._objective_item)
         loss = sum(r[0] for _, r in results)
         ent = sum(r[1] for _, r in results)
-        wsq = float(self.w @ self.w)
+        wsq = cpu.squared_norm(self.w)
         primal = 0.5 * wsq + loss
         dual = -0.5 * wsq - ent
         return primal, dual, primal - dual

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from snapfit.solvers import cpu
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -59,7 +61,7 @@ class EpochRecord:
     def from_pass(cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait) -> EpochRecord:
         """The record of an epoch's pass: the exact dual from ``w`` and the entropy sum, the
         estimated gap, and the rates (every trainer reports epochs the same way)."""
-        dual = -0.5 * float(w @ w) - entropy
+        dual = -0.5 * cpu.squared_norm(w) - entropy
         primal = dual + gap
         rate = (lambda count: count / seconds) if seconds > 0 else (lambda count: float("inf"))
         return cls(

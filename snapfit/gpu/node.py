@@ -231,7 +231,7 @@ class HeteroTrainer:
             row = gpu_results[it.part] if it.thread == 0 else r
             loss += row[0]
             ent += row[1]
-        wsq = float(self.w @ self.w)
+        wsq = cpu.squared_norm(self.w)
         primal = 0.5 * wsq + loss
         dual = -0.5 * wsq - ent
         return primal, dual, primal - dual

@@ -288,6 +288,17 @@ def alpha_from_margins(
 
 
 @njit(nogil=True, cache=True)
+def squared_norm(w):
+    """``w . w`` in one plain loop. NumPy's ``w @ w`` goes through a multi-threaded BLAS whose
+    threads spin after the call: 20 ms of wall time for 2^20 entries on a loaded 2-core machine
+    (0.6 ms here), taken from the solver threads every epoch."""
+    s = 0.0
+    for x in w:
+        s += x * x
+    return s
+
+
+@njit(nogil=True, cache=True)
 def decision_function(indptr, indices, values, has_values, coef, intercept, out):
     """``out[i] = coef . x_i + intercept`` for a CSR block (prediction)."""
     for i in range(len(indptr) - 1):
