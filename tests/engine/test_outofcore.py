@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -64,9 +63,25 @@ def test_peak_rss_stays_within_budget(big_parquet):
 
 
 FIT = """
-import sys, warnings
+import os, signal, sys, warnings
 import numpy as np
 from snapfit import LogisticRegression
+from snapfit.stream.source import StreamSource
+
+kill_epoch = int(sys.argv[6])
+if kill_epoch:
+    # Crash for real, at a fixed point: SIGKILL from inside, half way through epoch
+    # ``kill_epoch + 1`` (its chunks' dual variables partly written back), after the
+    # checkpoint of epoch ``kill_epoch``. No timing races with the parent.
+    release, done = StreamSource.release, [0]
+
+    def release_then_die(self, k):
+        release(self, k)
+        done[0] += 1
+        if done[0] == self.n_chunks * kill_epoch + self.n_chunks // 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    StreamSource.release = release_then_die
 warnings.simplefilter("ignore")
 clf = LogisticRegression(C=0.1, tol=1e-7, max_iter=int(sys.argv[4]), random_state=7, n_jobs=2,
                          memory_budget=int(sys.argv[2]), checkpoint_dir=sys.argv[3] or None)
@@ -77,24 +92,19 @@ print("epochs", clf.n_iter_[0])
 
 
 def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(big_parquet, tmp_path):
+    import struct
+
+    from snapfit.engine.checkpoint import MAGIC
+
     ckpt = tmp_path / "ckpt"
-    epochs = 10  # long enough that the kill lands mid-run on a busy machine
-    _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy")
-    proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", wait=False)
-    target = ckpt / "checkpoint.snapfit"
-    deadline = time.time() + 240
-    first = None
-    while time.time() < deadline and proc.poll() is None:
-        if target.exists():
-            mtime = target.stat().st_mtime_ns
-            if first is None:
-                first = mtime
-            elif mtime != first:  # the second checkpoint is out: kill inside the next epoch
-                time.sleep(0.05)
-                break
-        time.sleep(0.005)
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "resumed.npy")
+    epochs = 8
+    _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy", 0)
+    proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", 4, wait=False)
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, "the run was not killed"
+    assert not (tmp_path / "x.npy").exists()
+    raw = (ckpt / "checkpoint.snapfit").read_bytes()
+    (n,) = struct.unpack("<Q", raw[len(MAGIC) : len(MAGIC) + 8])
+    assert json.loads(raw[len(MAGIC) + 8 : len(MAGIC) + 8 + n])["epoch"] == 4
+    _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "resumed.npy", 0)
     assert np.array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "ref.npy"))
