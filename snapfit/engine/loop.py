@@ -78,7 +78,6 @@ class Trainer:
         self.state = state or DualState([source.chunk_rows(k) for k in range(source.n_chunks)])
         self.w = np.zeros(d + 1)
         self.views = [self.w] + [np.empty_like(self.w) for _ in range(self.k - 1)]
-        self._scratch: list = [None] * self.k
         self.chunk_gaps = np.zeros(source.n_chunks)
         self.nnz = [source.chunk_nnz(k) for k in range(source.n_chunks)]
         self.epoch = 0
@@ -86,16 +85,10 @@ class Trainer:
         self._group = ThreadGroup(self.k)
 
     # -- per-thread work -------------------------------------------------------------------
-    def _scratch_of(self, t: int):
-        if self._scratch[t] is None:
-            d = self.source.n_features + 1
-            self._scratch[t] = (np.zeros(d), np.full(d, -1, dtype=np.int64))
-        return self._scratch[t]
-
     def _pass_item(self, t: int, item: Item, chunk):
         p = self.problem
         alpha = self.state.alpha_of(item.k)
-        sq = self.state.sqnorm_of(item.k, chunk, self._scratch_of(t))
+        sq = self.state.sqnorm_of(item.k, chunk)
         rows = _item_rows(item, chunk.n_rows, p, self.epoch)
         gap, ent = cpu.cd_pass(
             *_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.views[t], rows,

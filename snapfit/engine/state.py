@@ -164,8 +164,8 @@ class DualState:
             out = self._out.setdefault(k, self.alpha[lo:hi])
         return out
 
-    def sqnorm_of(self, k: int, chunk, scratch) -> np.ndarray:
-        """Row norms of chunk ``k``, computed on first use with a thread's ``scratch`` arrays."""
+    def sqnorm_of(self, k: int, chunk) -> np.ndarray:
+        """Row norms of chunk ``k``, computed on first use."""
         lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
         if self._spill is None:
             out = self.sqnorm[lo:hi]
@@ -176,11 +176,8 @@ class DualState:
                     k, self.sqnorm[lo:hi] if self.has_sqnorm[k] else np.zeros(hi - lo, np.float32)
                 )
         if not self.has_sqnorm[k]:
-            acc, stamp = scratch
             values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
-            cpu.row_sqnorms(
-                chunk.indptr, chunk.indices, values, chunk.values is not None, acc, stamp, out
-            )
+            cpu.row_sqnorms(chunk.indptr, chunk.indices, values, chunk.values is not None, out)
             if self._spill is not None:
                 self.sqnorm.write(lo, out)
             self.has_sqnorm[k] = True

@@ -82,7 +82,6 @@ class HeteroTrainer:
         self.state = DualState(rows)
         self.w = np.zeros(d + 1)
         self.cpu_views = [np.empty_like(self.w) for _ in range(self.n_cpu)]
-        self._scratch: list = [None] * self.k
         self.gpu = GpuUnit(d, problem, sigma=self.sigma, **(gpu_options or {}))
         self.meter = RateMeter([gpu_prior] + [1.0] * self.n_cpu)
         self.rebalance = bool(rebalance)
@@ -116,10 +115,7 @@ class HeteroTrainer:
     def _sq(self, t: int, k: int, chunk):
         if isinstance(chunk, DeviceChunk):
             return None
-        if self._scratch[t] is None:
-            d = self.source.n_features + 1
-            self._scratch[t] = (np.zeros(d), np.full(d, -1, dtype=np.int64))
-        return self.state.sqnorm_of(k, chunk, self._scratch[t])
+        return self.state.sqnorm_of(k, chunk)
 
     def _rows(self, it: PieceItem, gpu: bool) -> np.ndarray:
         rng = np.random.default_rng([self.problem.seed, self.epoch, it.k, it.lo])

@@ -4,9 +4,9 @@ The budget charges everything that grows with the data or the model and stays fo
 
 * ``views``: per solver thread a view of ``w`` (8 bytes/feature; view 0 is ``w`` itself) and one
   more copy for the epoch's start / the result. Streamed chunks bring their rows' norms, so the
-  solver threads need no norm scratch; the first pass computes norms with a small per-row table
-  (``snapfit.stream.decode``), so its readers need none either. (A 2^24-feature model with 2
-  threads still holds 400 MB here.)
+  solver threads need no norm scratch; the first pass computes norms with ``cpu.row_sqnorms``,
+  whose scratch is a small per-row table, so its readers need none either. (A 2^24-feature
+  model with 2 threads still holds 400 MB here.)
 * ``pool``: the reusable buffers the reader fills while the solver works (at least two:
   double buffering);
 * ``dual``: 8 bytes/row (alpha float64), spilled to a file read and written by chunk slices when
@@ -101,8 +101,8 @@ def _align(n: int) -> int:
 
 
 def fixed_nbytes(n_features: int, n_jobs: int) -> int:
-    """Per-thread ``w`` views and ``cpu.row_sqnorms`` scratch of an in-memory fit (24 B each)."""
-    return max(1, n_jobs) * (n_features + 1) * (8 + 16)
+    """Per-thread ``w`` views of an in-memory fit (8 B per feature and thread)."""
+    return max(1, n_jobs) * (n_features + 1) * 8
 
 
 def views_nbytes(n_features: int, n_jobs: int) -> int:

@@ -11,10 +11,8 @@ A piece record is the bytes the cache stores for a piece (see ``snapfit.stream.c
     indptr[1:] int64 (n) | indices int32 (nnz) | values f32 (nnz, if any) | y f32 (n)
     | weight f32 (n, if any) | sqnorm f32 (n)
 
-Row norms need duplicates inside a row summed first. ``cpu.row_sqnorms`` does that with two
-scratch arrays of ``n_features`` entries (16 bytes/feature: 268 MB per thread at 2^24
-features); :func:`row_sqnorms_local` does the same arithmetic, in the same order, with a small
-hash table sized by the longest row, so a reader needs no per-feature memory.
+Row norms (duplicates inside a row summed first) come from ``cpu.row_sqnorms``, whose scratch
+is a small hash table sized by the longest row, so a reader needs no per-feature memory.
 """
 
 from __future__ import annotations
@@ -26,60 +24,18 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from numba import njit
 
 from snapfit.data.chunk import Chunk
 from snapfit.data.reader import decode_table
 from snapfit.data.schema import INDICES, LABEL, VALUES, WEIGHT
 from snapfit.engine.source import concat_chunks
 from snapfit.errors import DataError
+from snapfit.solvers.cpu import row_sqnorms
 
 #: Rows decoded at a time; pyarrow's pool held ~5x the decoded batch at its peak.
 BATCH_ROWS = 1 << 14
 #: Read buffer of the Parquet stream (pyarrow otherwise reads whole column chunks at once).
 STREAM_BUFFER = 1 << 20
-
-
-@njit(nogil=True, cache=True)
-def row_sqnorms_local(indptr, indices, values, has_values, out):
-    """Exact ``||x_i||^2`` of each row into ``out``, duplicates summed first.
-
-    Same sums in the same order as ``cpu.row_sqnorms`` (a float64 accumulator per distinct
-    index in order of first appearance, then their squares summed in that order), so the two
-    agree bit for bit; the scratch is a hash table of twice the longest row, not n_features.
-    """
-    n = len(indptr) - 1
-    longest = 1
-    for r in range(n):
-        longest = max(longest, indptr[r + 1] - indptr[r])
-    size = 16
-    while size < 2 * longest:
-        size *= 2
-    mask = size - 1
-    keys = np.full(size, -1, np.int64)
-    acc = np.zeros(size)
-    slots = np.empty(longest, np.int64)
-    for r in range(n):
-        m = 0
-        for k in range(indptr[r], indptr[r + 1]):
-            j = np.int64(indices[k])
-            v = values[k] if has_values else 1.0
-            h = (j * 0x9E3779B1) & mask
-            while keys[h] != -1 and keys[h] != j:
-                h = (h + 1) & mask
-            if keys[h] == -1:
-                keys[h] = j
-                acc[h] = v
-                slots[m] = h
-                m += 1
-            else:
-                acc[h] += v
-        s = 0.0
-        for i in range(m):
-            h = slots[i]
-            s += acc[h] * acc[h]
-            keys[h] = -1
-        out[r] = s
 
 
 def record_nbytes(n_rows, nnz, has_values: bool, has_weight: bool):
@@ -182,7 +138,7 @@ class PieceDecoder:
             if norms is None:
                 values = batch.values if batch.values is not None else np.zeros(0, np.float32)
                 has_values = batch.values is not None
-                row_sqnorms_local(batch.indptr, batch.indices, values, has_values, sq)
+                row_sqnorms(batch.indptr, batch.indices, values, has_values, sq)
             if carry is not None and carry.n_rows:
                 batch = concat_chunks([carry, batch])
                 sq = np.concatenate([carry_sq, sq])

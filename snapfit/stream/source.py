@@ -417,7 +417,7 @@ class _PieceState(DualState):
     def alpha_of(self, k: int) -> np.ndarray:
         return self._source._live[k].alpha
 
-    def sqnorm_of(self, k: int, chunk, scratch) -> np.ndarray:
+    def sqnorm_of(self, k: int, chunk) -> np.ndarray:
         return self._source._live[k].sqnorm
 
     def release(self, k: int) -> None:

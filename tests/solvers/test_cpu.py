@@ -50,12 +50,30 @@ def test_row_sqnorms_sum_duplicates_first(problem):
     X, y, _ = problem
     csr = sp.csr_matrix(X)
     out = np.zeros(X.shape[0], dtype=np.float32)
-    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True,
-                    np.zeros(41), np.full(41, -1, np.int64), out)  # fmt: skip
+    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True, out)
     canon = csr.copy()
     canon.sum_duplicates()
     expected = np.asarray(canon.multiply(canon).sum(axis=1)).ravel()
     np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("has_values", [True, False])
+def test_row_sqnorms_long_rows_and_many_duplicates_exactly(has_values):
+    # Rows up to 300 entries over 40 (or 2^30) distinct features: the table grows past its
+    # 16 slots, probes collide, and every duplicate must still be added before squaring.
+    rng = np.random.default_rng(0)
+    indptr = np.r_[0, np.cumsum(rng.integers(0, 300, 400))].astype(np.int64)
+    for high in (40, 2**30):
+        indices = rng.integers(0, high, indptr[-1]).astype(np.int32)
+        values = rng.standard_normal(indptr[-1]).astype(np.float32)
+        got = np.empty(400)
+        cpu.row_sqnorms(indptr, indices, values, has_values, got)
+        for r in range(400):
+            acc = {}  # same arithmetic: per-index float64 sums in order of first appearance
+            for k in range(indptr[r], indptr[r + 1]):
+                v = float(values[k]) if has_values else 1.0
+                acc[indices[k]] = acc[indices[k]] + v if indices[k] in acc else v
+            assert got[r] == sum(a * a for a in acc.values())
 
 
 @pytest.mark.parametrize("sigma", [1.0, 2.0])
@@ -67,8 +85,7 @@ def test_cd_pass_matches_reference(problem, sigma, use_weight):
     c = np.where(y > 0, c_pos, c_neg) * (weight if use_weight else 1.0)
     csr = sp.csr_matrix(X)
     sq = np.zeros(X.shape[0], dtype=np.float32)
-    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True,
-                    np.zeros(41), np.full(41, -1, np.int64), sq)  # fmt: skip
+    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True, sq)
     alpha, w = np.zeros(300), np.zeros(41)
     ref_alpha, ref_w = np.zeros(300), np.zeros(41)
     rng = np.random.default_rng(0)

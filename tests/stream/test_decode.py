@@ -7,19 +7,7 @@ from snapfit.data import Dataset
 from snapfit.engine.source import ResidentSource
 from snapfit.solvers import cpu
 from snapfit.stream.cache import make_pieces
-from snapfit.stream.decode import PieceDecoder, file_flags, row_sqnorms_local
-
-
-@pytest.mark.parametrize("has_values", [True, False])
-def test_local_norms_equal_the_scratch_kernel(has_values):
-    rng = np.random.default_rng(0)
-    indptr = np.r_[0, np.cumsum(rng.integers(0, 60, 3000))].astype(np.int64)
-    indices = rng.integers(0, 40, indptr[-1]).astype(np.int32)  # many duplicates per row
-    values = rng.standard_normal(indptr[-1]).astype(np.float32)
-    want, got = np.empty(3000, np.float32), np.empty(3000, np.float32)
-    cpu.row_sqnorms(indptr, indices, values, has_values, np.zeros(40), np.full(40, -1), want)
-    row_sqnorms_local(indptr, indices, values, has_values, got)
-    assert np.array_equal(want, got)
+from snapfit.stream.decode import PieceDecoder, file_flags
 
 
 @pytest.mark.parametrize("batch_rows", [97, 1000, 4096])
@@ -34,8 +22,7 @@ def test_records_hold_every_row_in_order(small_parquet, batch_rows):
     assert sorted(got) == list(range(len(pieces)))
     starts = np.r_[0, np.cumsum([r.n_rows for r in ds.chunks])]
     sq = np.empty(full.n_rows, np.float32)
-    d = ds.n_features
-    cpu.row_sqnorms(full.indptr, full.indices, full.values, True, np.zeros(d), np.full(d, -1), sq)
+    cpu.row_sqnorms(full.indptr, full.indices, full.values, True, sq)
     for p, (indptr1, indices, values, y, norms) in got.items():
         a = starts[pieces.rg[p]] + pieces.lo[p]
         b = starts[pieces.rg[p]] + pieces.hi[p]

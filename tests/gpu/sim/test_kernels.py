@@ -23,10 +23,9 @@ def _dev(args):
 
 
 def _sqnorms(X):
-    d = X.shape[1]
     out = np.zeros(X.shape[0], np.float32)
     indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)
-    cpu.row_sqnorms(indptr, indices, X.data, True, np.zeros(d), np.full(d, -1, np.int64), out)
+    cpu.row_sqnorms(indptr, indices, X.data, True, out)
     return out
 
 
