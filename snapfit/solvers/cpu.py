@@ -27,9 +27,7 @@ _inline = njit(inline="always", nogil=True)
 _math = dual.compile_with(_inline)
 row_update = _math.row_update
 unpack_alpha = _math.unpack_alpha
-row_loss = _math.row_loss
-row_dual_entropy = _math.row_dual_entropy
-row_gap = _math.row_gap
+row_terms = _math.row_terms
 
 
 @intrinsic
@@ -238,10 +236,10 @@ def chunk_objective(
         dot = w[d] * bias
         for k in range(indptr[i], indptr[i + 1]):
             dot += w[indices[k]] * (values[k] if has_values else 1.0)
-        m = y[i] * dot
-        loss += row_loss(m, c)
-        ent += row_dual_entropy(alpha[i], c)
-        gap += row_gap(m, alpha[i], c)
+        li, ei, gi = row_terms(y[i] * dot, alpha[i], c)
+        loss += li
+        ent += ei
+        gap += gi
     return loss, ent, gap
 
 

@@ -165,12 +165,20 @@ def row_dual_entropy(s, c):
     return a * log(a / c) + ca * log(ca / c)
 
 
+def row_terms(m, s, c):
+    """``(loss, entropy, gap)`` of one row with margin ``m = y_i w.x_i``: what an exact
+    objective pass sums (``P = 1/2||w||^2 + sum loss``, ``D = -1/2||w||^2 - sum entropy``)."""
+    if c <= 0.0:
+        return 0.0, 0.0, 0.0
+    a, _ = unpack_alpha(s, c)
+    loss = row_loss(m, c)
+    ent = row_dual_entropy(s, c)
+    return loss, ent, loss + a * m + ent
+
+
 def row_gap(m, s, c):
     """Duality-gap term ``g_i >= 0`` of one row with margin ``m = y_i w.x_i``."""
-    if c <= 0.0:
-        return 0.0
-    a, ca = unpack_alpha(s, c)
-    return row_loss(m, c) + a * m + row_dual_entropy(s, c)
+    return row_terms(m, s, c)[2]
 
 
 _SCALAR_FUNCTIONS = (
@@ -180,6 +188,7 @@ _SCALAR_FUNCTIONS = (
     "softplus_neg",
     "row_loss",
     "row_dual_entropy",
+    "row_terms",
     "row_gap",
 )
 

@@ -39,10 +39,7 @@ MAX_BLOCK = 256
 
 _math = dual.compile_with(_device)
 row_update = _math.row_update
-unpack_alpha = _math.unpack_alpha
-row_loss = _math.row_loss
-row_dual_entropy = _math.row_dual_entropy
-row_gap = _math.row_gap
+row_terms = _math.row_terms
 
 
 @_device
@@ -201,10 +198,10 @@ def chunk_objective(
             x += w[d] * bias
         dot = team_sum(sh, team, x)
         if lane == 0 and c > 0.0:
-            m = float(y[i]) * dot
-            loss += row_loss(m, c)
-            ent += row_dual_entropy(alpha[i], c)
-            gap += row_gap(m, alpha[i], c)
+            li, ei, gi = row_terms(float(y[i]) * dot, alpha[i], c)
+            loss += li
+            ent += ei
+            gap += gi
     if lane == 0:
         cuda.atomic.add(out, 0, loss)
         cuda.atomic.add(out, 1, ent)
