@@ -20,7 +20,7 @@ from snapfit.engine.checkpoint import Checkpointer, InterruptGuard
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.source import ChunkSource
 from snapfit.engine.state import DualState
-from snapfit.engine.workers import Item, ThreadGroup, bucket_order, plan_epoch
+from snapfit.engine.workers import Item, ThreadGroup, plan_epoch, row_order
 from snapfit.solvers import cpu
 
 # A callback gets each epoch's record and the current w (n_features + 1 entries, the intercept
@@ -53,8 +53,7 @@ def _chunk_args(chunk):
 
 def _item_rows(item: Item, n_rows: int, problem: Problem, epoch: int) -> np.ndarray:
     """This item's rows, in the order derived from (seed, epoch, chunk) alone."""
-    rng = np.random.default_rng([problem.seed, epoch, item.k])
-    rows = bucket_order(n_rows, problem.bucket_rows, rng)
+    rows = row_order(n_rows, problem.bucket_rows, [problem.seed, epoch, item.k])
     if item.n_parts == 1:
         return rows
     lo = item.part * n_rows // item.n_parts

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from snapfit.data.chunk import Chunk
 
@@ -56,10 +57,36 @@ def plan_epoch(
     return order, per_thread
 
 
-def bucket_order(n_rows: int, bucket_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """Row visiting order: buckets of consecutive rows in random order (see ``Problem``)."""
+@njit(nogil=True, cache=True)
+def _shuffled(n, key):
+    """``0..n-1`` in the order of a Fisher-Yates shuffle driven by splitmix64 from ``key``."""
+    out = np.arange(n)
+    x = np.uint64(key)
+    for i in range(n - 1, 0, -1):
+        x += np.uint64(0x9E3779B97F4A7C15)
+        z = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        # top 53 bits as a float in [0, 1), scaled: an index in [0, i]
+        j = np.int64(np.float64(z >> np.uint64(11)) * 1.1102230246251565e-16 * (i + 1))
+        t = out[i]
+        out[i] = out[j]
+        out[j] = t
+    return out
+
+
+def row_order(n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
+    """Row visiting order of one pass (int64), derived from ``key`` (seed, epoch, chunk, ...).
+
+    Buckets of ``bucket_rows`` consecutive rows in random order; 1 (the default, see
+    ``Problem``) is a full permutation. The shuffle runs in numba: NumPy's
+    ``Generator.permutation`` took 15-23 ms per 500k rows, ~10 % of a solver pass; this takes 5.
+    """
+    k = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
+    if bucket_rows <= 1:
+        return _shuffled(n_rows, k)
     n_buckets = -(-n_rows // bucket_rows)
-    starts = rng.permutation(n_buckets).astype(np.int64) * bucket_rows
+    starts = _shuffled(n_buckets, k) * bucket_rows
     rows = (starts[:, None] + np.arange(bucket_rows, dtype=np.int64)[None, :]).ravel()
     return rows[rows < n_rows] if n_rows % bucket_rows else rows
 

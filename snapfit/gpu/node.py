@@ -23,7 +23,7 @@ import numpy as np
 from snapfit.engine.loop import Trainer
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.state import DualState
-from snapfit.engine.workers import Item, ThreadGroup, bucket_order
+from snapfit.engine.workers import Item, ThreadGroup, row_order
 from snapfit.gpu.split import RateMeter, proportional_split
 from snapfit.gpu.stream import DeviceChunk, chunk_device_bytes
 from snapfit.gpu.unit import GpuUnit
@@ -118,11 +118,10 @@ class HeteroTrainer:
         return self.state.sqnorm_of(k, chunk)
 
     def _rows(self, it: PieceItem, gpu: bool) -> np.ndarray:
-        rng = np.random.default_rng([self.problem.seed, self.epoch, it.k, it.lo])
-        n = it.hi - it.lo
         # Many rows are in flight on a GPU, so there is no cache locality to keep: full shuffle.
-        order = rng.permutation(n) if gpu else bucket_order(n, self.problem.bucket_rows, rng)
-        return order.astype(np.int64) + it.lo
+        bucket = 1 if gpu else self.problem.bucket_rows
+        key = [self.problem.seed, self.epoch, it.k, it.lo]
+        return row_order(it.hi - it.lo, bucket, key) + it.lo
 
     # -- per-unit work ---------------------------------------------------------------------
     def _pass(self, t: int, it: PieceItem, chunk):
