@@ -6,10 +6,14 @@ Target: the test log loss of a tightly converged reference fit (snapfit, one thr
 ``tol=1e-8``) plus ``1e-4``. snapfit records ``w`` after every epoch through the engine's
 callback (the copy's time is excluded) and the test log loss of each copy is computed after the
 fit; its time to target is the fit clock at the end of the first epoch whose model reaches the
-target (set-up included, as in the others' ``fit``). snap ML and liblinear have no epoch hook:
-``max_iter`` is swept (1, 2, 4, ..., then bisection) with ``tol=0`` and the time is that of the
-smallest ``max_iter`` that reaches the target. Every time is the median of ``--repeats`` fits,
-all systems in the same invocation, so the ratios share the machine's conditions.
+target (set-up included, as in the others' ``fit``). The reference fit is snapfit-1's first
+timed run (the path does not depend on ``tol``); the other runs stop at that epoch. snap ML and
+liblinear have no epoch hook: ``max_iter`` is searched (``systems.next_probe``: extrapolation,
+then interpolation and bisection) with ``tol=0`` and the time is that of the smallest
+``max_iter`` that reaches the target; a search may be given a time budget, after which the
+system is reported as not reaching the target in that time. Every time is the median of
+``--repeats`` fits, all systems in the same invocation, so the ratios share the machine's
+conditions.
 """
 
 from __future__ import annotations
@@ -26,22 +30,27 @@ CURVE = ("snapfit-1", "snapfit-2", "snapfit-ooc")
 SWEEP = ("snapml-1", "snapml-2", "liblinear")
 
 
-def budget_of(set_dir: str, frac: float = 0.2, n_jobs: int = 2) -> dict:
-    """``frac`` of the decoded training data, raised to the engine's minimum (``w`` views plus
-    two read buffers) when that is larger, with the fraction it really is."""
+def budget_of(set_dir: str, frac: float = 0.2) -> dict:
+    """``frac`` of the decoded training data: the out-of-core budget asked for. The job raises it
+    to the engine's minimum when the engine refuses it (``systems._stream_source``) and reports
+    the budget it used; ``used_budget`` turns that into the fraction of the data it really is."""
     from snapfit.data import Dataset
-    from snapfit.stream.budget import chunk_nbytes, fixed_nbytes
+    from snapfit.stream.budget import chunk_nbytes
     from snapfit.stream.choose import _file_flags
 
     ds = Dataset(f"{set_dir}/train.parquet")
     has_values, has_weight = _file_flags(ds)
-    sizes = [chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks]
-    # As StreamSource counts it: w views for the solver threads and 2 reader threads, plus
-    # two buffers of the largest row group.
-    minimum = fixed_nbytes(ds.n_features, n_jobs + 2) + 2 * max(sizes)
-    budget = max(int(frac * sum(sizes)), int(1.1 * minimum))
-    return {"budget": budget, "data_bytes": sum(sizes), "frac": budget / sum(sizes),
-            "raised_to_minimum": budget > frac * sum(sizes)}  # fmt: skip
+    data = sum(chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks)
+    return {"asked": int(frac * data), "asked_frac": frac, "data_bytes": data}
+
+
+def used_budget(budget: dict, result: dict) -> dict:
+    """``budget`` completed with what the out-of-core job used (``budget_used``), if it ran."""
+    used = result.get("budget_used")
+    if used is None:
+        return budget
+    return {**budget, "budget": used, "frac": used / budget["data_bytes"],
+            "raised_to_minimum": used > budget["asked"]}  # fmt: skip
 
 
 def marginal_epoch_s(points) -> float | None:
@@ -54,10 +63,13 @@ def marginal_epoch_s(points) -> float | None:
 
 
 def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float = 1e-4,
-                   systems=CURVE + SWEEP, log=print) -> dict:  # fmt: skip
+                   systems=CURVE + SWEEP, budget_s=None, log=print) -> dict:  # fmt: skip
+    """All systems against one target on ``set_dir``. ``budget_s`` maps a swept system to the
+    seconds of fits its search may spend without reaching the target (then "not reached")."""
     meta = meta_of(set_dir)
     log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
-    ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="converge", n_jobs=1,
+    # The reference is also snapfit-1's first timed run: its curve gives the epoch of the hit.
+    ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="curve", n_jobs=1,
                        tol=1e-8, max_iter=3000, repeats=1))  # fmt: skip
     if "error" in ref:
         raise RuntimeError(f"reference fit failed: {ref['error']}")
@@ -69,18 +81,51 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     for name in systems:
         n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
         spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target)
-        if name in CURVE:
-            spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["budget"])
+        if name == "snapfit-1":
+            r = _snapfit1(ref, spec, repeats, log)
         else:
-            spec.update(mode="sweep", max_iter_cap=256 if name != "liblinear" else 64)
-        log(f"  {name} ...")
-        r = run_job(spec)
+            if name in CURVE:
+                spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["asked"])
+            else:
+                spec.update(mode="sweep", optimum=optimum,
+                            max_iter_cap=256 if name != "liblinear" else 64)  # fmt: skip
+                if budget_s and name in budget_s:
+                    spec["budget_s"] = budget_s[name]
+            log(f"  {name} ...")
+            r = run_job(spec)
+        if name == "snapfit-ooc":
+            out["budget"] = used_budget(out["budget"], r)
         out["systems"][name] = _slim(r)
-        log(f"  {name}: {_line(r)}")
+        log(f"  {name}: {_line(r)}  [{r['wall_s']:.0f} s]")
     out["ratios"] = ratios(out["systems"], meta["nnz"])
-    path = out["systems"].get("snapfit-1", {}).get("curve_logloss") or [optimum]
-    out["best_path_logloss"] = min(path)
+    out["best_path_logloss"] = min(ref.get("curve_logloss") or [optimum])
     return out
+
+
+def _snapfit1(ref: dict, spec: dict, repeats: int, log) -> dict:
+    """snapfit-1's entry: the reference's curve and time at the first epoch that reaches the
+    target, plus ``repeats - 1`` fits stopped at that epoch (same seed, same path)."""
+    curve, times = ref["curve_logloss"], ref["epoch_times"]
+    hits = [e for e, ll in enumerate(curve, 1) if ll <= spec["target"]]
+    r = {k: ref[k] for k in ("epoch_s", "nnz_per_s", "source", "peak_rss_mb", "data_rss_mb",
+                             "rss_method", "n_iter") if k in ref}  # fmt: skip
+    r.update(curve_logloss=curve, epoch_times=times, reference_run=True, wall_s=0.0)
+    if not hits:  # cannot happen: the last model is the optimum
+        return {**r, "k_star": None}
+    k = r["k_star"] = hits[0]
+    log(f"  snapfit-1: {repeats - 1} more fits stopped at epoch {k} ...")
+    spec = {k_: v for k_, v in spec.items() if k_ != "target"}
+    more = run_job({**spec, "mode": "converge", "tol": 1e-8, "max_iter": 3000, "stop_epoch": k,
+                    "repeats": repeats - 1})  # fmt: skip
+    r["wall_s"], r["cpu_s"] = more["wall_s"], more.get("cpu_s", 0.0)
+    if "error" in more:
+        return {**r, "error": more["error"]}
+    r["tt_target_all"] = [times[k - 1]] + [t[k - 1] for t in more["epoch_times_all"]]
+    r["tt_target_s"] = float(np.median(r["tt_target_all"]))
+    for key in ("epoch_s", "nnz_per_s"):
+        r[key] = float(np.median([ref[key], *more[key + "_all"]]))
+    r["peak_rss_mb"] = max(ref["peak_rss_mb"], more["peak_rss_mb"])
+    return r
 
 
 def _slim(r: dict) -> dict:
@@ -90,6 +135,8 @@ def _slim(r: dict) -> dict:
 def _line(r: dict) -> str:
     if "error" in r:
         return f"error: {r['error']}"
+    if r.get("not_reached"):
+        return r["not_reached"]
     t = r.get("tt_target_s", r.get("fit_s"))
     k = r.get("k_star")
     return f"time to target {t if t is None else round(t, 2)} s at {k} iterations"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -73,17 +74,40 @@ def _warm_numba() -> None:
     snapfit.LogisticRegression(max_iter=2, n_jobs=2).fit(X, np.arange(200) % 2)
 
 
+# The out-of-core budget each set ended up with, found once per job (see ``_stream_source``).
+_BUDGET_USED: dict[str, int] = {}
+
+
+def _stream_source(spec):
+    """The streaming engine on the set's Parquet file, always (the estimator would keep sets
+    this small resident). Asked for 20 % of the data, the engine may refuse: its minimum is the
+    ``w`` views plus two read buffers, which small sets with 2^20 features do not reach; the
+    budget is then raised to the minimum the engine names, reported as ``budget_used`` (a refused
+    budget fails while planning, before any data is read, so the retries cost no real time)."""
+    from snapfit.data import Dataset
+    from snapfit.errors import ResourceError
+    from snapfit.stream.source import StreamSource
+
+    ds = Dataset(os.path.join(spec["set"], "train.parquet"))
+    budget = _BUDGET_USED.get(spec["set"], int(spec["budget"]))
+    for _ in range(8):
+        try:
+            src = StreamSource(ds, budget, n_jobs=spec["n_jobs"])
+            _BUDGET_USED[spec["set"]] = budget
+            return src
+        except ResourceError as e:
+            m = re.search(r"minimum here is (\d+) MB", str(e))
+            budget = max(int(1.02 * int(m.group(1)) * 10**6) if m else 0, int(budget * 1.5))
+    raise ResourceError(f"no working out-of-core budget up to {budget / 1e6:.0f} MB")
+
+
 def _snapfit_source(spec, X, y):
     from snapfit.engine import InMemorySource
     from snapfit.inputs import csr_chunks
 
     if spec["system"] == "snapfit-ooc":
-        from snapfit.data import Dataset
-        from snapfit.stream.choose import source_for_dataset
-
-        ds = Dataset(os.path.join(spec["set"], "train.parquet"))
-        src = source_for_dataset(ds, memory_budget=spec["budget"], n_jobs=spec["n_jobs"])
-        return src, src.make_state() if hasattr(src, "make_state") else None
+        src = _stream_source(spec)
+        return src, src.make_state()
     y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
     return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1]), None
 
@@ -127,6 +151,8 @@ def run_snapfit(spec, X, y) -> dict:
         gap_exact=hist[-1]["exact"], epoch_times=times, history=hist,
     )  # fmt: skip
     out["source"] = type(source).__name__
+    if spec["system"] == "snapfit-ooc":
+        out["budget_used"] = _BUDGET_USED[spec["set"]]
     out["_snaps"] = snaps
     return out
 
@@ -195,8 +221,14 @@ def vw_files(set_dir: str, X, y) -> str:
             )
             f.write(f"{1 if y[i] > 0 else -1} |f {feats} {const}:1\n")
     os.replace(path + ".tmp", path)
-    _vw(f"-d {path} --cache_file {path}.cache --passes 1 -b 21 --noconstant --quiet")
+    _vw(f"-d {path} --cache_file {path}.cache --passes 1 -b {vw_bits(X)} --noconstant --quiet")
     return path
+
+
+def vw_bits(X) -> int:
+    """Hash bits that fit features 0..n_features (VW maps an integer feature name ``j`` to
+    ``j + hash(namespace)`` modulo ``2**bits``: one-to-one, no collision, when they fit)."""
+    return int(X.shape[1]).bit_length()
 
 
 def _vw(args: str):
@@ -218,7 +250,7 @@ def run_vw(spec, X, y) -> dict:
     path = vw_files(spec["set"], X, y)
     passes = spec.get("max_iter", 50)
     args = (
-        f"--cache_file {path}.cache --passes {passes} -b 21 --noconstant --bfgs "
+        f"--cache_file {path}.cache --passes {passes} -b {vw_bits(X)} --noconstant --bfgs "
         f"--loss_function logistic --l2 {1.0 / spec['C']:.10g} --holdout_off --quiet"
     )
     if spec["mode"] == "fixed" or "termination" in spec:
@@ -245,37 +277,105 @@ def fit_once(spec: dict, X, y) -> dict:
     return run_sklearn(spec, X, y)
 
 
-def sweep(spec: dict, X, y, Xte, yte) -> dict:
-    """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` test log loss:
-    doubling 1, 2, 4, ... then bisection; every fit's (max_iter, seconds, log loss) is kept.
-    Assumes the test log loss falls with ``max_iter`` (true here once past the first epochs)."""
-    points: dict[int, tuple[float, float]] = {}
+def next_probe(points: dict, target: float, optimum: float, cap: int) -> int | None:
+    """The next ``max_iter`` to try, from the probes so far (``{k: (seconds, log loss)}``), or
+    None when the smallest ``k`` reaching ``target`` is known (or ``cap`` misses it).
 
-    def probe(k: int) -> bool:
-        out = fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
-        points[k] = (out["fit_s"], logloss(Xte, yte, out["_w"], out["_b"]))
-        return points[k][1] <= spec["target"]
+    The test log loss excess over the optimum falls roughly geometrically in ``k``: before the
+    first hit, the last two probes are extrapolated to where the excess reaches the target
+    (overshooting by 15 %, at most doubling); once a miss ``lo`` and a hit ``hi`` bracket it,
+    the excess is interpolated in log when both are positive, every other step (and otherwise)
+    a bisection, so a bad model of the curve costs at most a factor two. Assumes the log loss
+    falls with ``k`` (true here past the first few epochs)."""
+    delta = target - optimum
+    hits = sorted(k for k, (_, ll) in points.items() if ll <= target)
+    misses = sorted(k for k, (_, ll) in points.items() if ll > target)
+    if not hits:
+        k = misses[-1]
+        if k >= cap:
+            return None
+        nxt = 2 * k
+        if len(misses) >= 2:
+            k0 = misses[-2]
+            e0, e1 = points[k0][1] - optimum, points[k][1] - optimum
+            if e0 > e1 > 0:
+                rate = np.log(e0 / e1) / (k - k0)
+                est = k + np.log(e1 / delta) / rate
+                nxt = int(min(max(np.ceil(1.15 * est), k + 1), 2 * k))
+        return min(nxt, cap)
+    hi = hits[0]
+    lo = max((k for k in misses if k < hi), default=0)
+    if hi - lo <= 1:
+        return None
+    e_lo, e_hi = (points[lo][1] - optimum if lo else 0.0), points[hi][1] - optimum
+    if lo == 0 or e_hi <= 0 or len(points) % 2 == 0:
+        return (lo + hi) // 2
+    est = lo + (hi - lo) * np.log(e_lo / delta) / np.log(e_lo / e_hi)
+    return int(min(max(np.ceil(est), lo + 1), hi - 1))
+
+
+def predict_s(points: dict, k: int) -> float:
+    """Seconds a fit with ``max_iter=k`` should take, from the two largest probes below ``k``:
+    ``t ~ k^p`` with ``p`` between 1 and 3 (liblinear's Newton steps need more CG steps as they
+    converge, so its fits grow faster than linearly)."""
+    below = sorted(kk for kk in points if kk < k)[-2:]
+    if not below:
+        return 0.0
+    k2, t2 = below[-1], points[below[-1]][0]
+    p = 1.0
+    if len(below) == 2:
+        k1, t1 = below[0], points[below[0]][0]
+        if t1 > 0 and t2 > t1:
+            p = float(np.clip(np.log(t2 / t1) / np.log(k2 / k1), 1.0, 3.0))
+    return t2 * (k / k2) ** p
+
+
+def sweep(spec: dict, X, y, Xte, yte) -> dict:
+    """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` test log loss, found
+    by ``next_probe``; every fit's (max_iter, seconds, log loss) is kept. Until a probe hits,
+    one that would take the seconds of fits past ``budget_s`` (``predict_s``) is not started:
+    the system is reported as not reaching the target in that budget. The probe at the answer
+    is one of the ``repeats`` timed fits; the others run after it."""
+    points: dict[int, tuple[float, float]] = {}
+    runs: dict[int, dict] = {}
+    t_spent, budget_s = 0.0, spec.get("budget_s", float("inf"))
+
+    def fit(k: int) -> dict:
+        return fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
 
     k, cap = 1, spec.get("max_iter_cap", 256)
-    while not probe(k) and k < cap:
-        k *= 2
-    hit = points[k][1] <= spec["target"]
-    if hit and k > 1:
-        lo, hi = k // 2, k
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if probe(mid) else (mid, hi)
-        k = hi
+    while k is not None:
+        runs[k] = fit(k)
+        points[k] = (runs[k]["fit_s"], logloss(Xte, yte, runs[k].pop("_w"), runs[k].pop("_b")))
+        t_spent += runs[k]["fit_s"]
+        k = next_probe(points, spec["target"], spec["optimum"], cap)
+        reached = any(ll <= spec["target"] for _, ll in points.values())
+        if k is not None and not reached and t_spent + predict_s(points, k) > budget_s:
+            break
+    hits = sorted(kk for kk, (_, ll) in points.items() if ll <= spec["target"])
+    best = min(points, key=lambda kk: points[kk][1])
     out = {"points": sorted([kk, t, ll] for kk, (t, ll) in points.items()),
-           "k_star": k if hit else None, "peak_rss_mb": peak_rss_mb()}  # fmt: skip
-    if hit:
-        runs = [fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
-                for _ in range(spec.get("repeats", 3))]  # fmt: skip
-        out["fit_s_all"] = [r["fit_s"] for r in runs]
-        out["fit_s"] = float(np.median(out["fit_s_all"]))
-        out["test_logloss"] = logloss(Xte, yte, runs[-1]["_w"], runs[-1]["_b"])
-        out["epoch_s"] = float(np.median([r["epoch_s"] for r in runs]))
-        out["nnz_per_s"] = float(np.median([r["nnz_per_s"] for r in runs]))
+           "k_star": hits[0] if hits else None, "search_s": t_spent,
+           "best_logloss": points[best][1], "best_max_iter": best}  # fmt: skip
+    if not hits:
+        seen = f"best test log loss {points[best][1]:.6f}"
+        out["not_reached"] = f"not reached by max_iter {max(points)} ({seen})"
+        if k is not None:
+            out["not_reached"] = (
+                f"not reached within a {budget_s:.0f} s search budget ({t_spent:.0f} s of fits "
+                f"up to max_iter {max(points)}, {seen}; the next probe, max_iter {k}, would "
+                f"take ~{predict_s(points, k):.0f} s)"
+            )
+        out["peak_rss_mb"] = peak_rss_mb()
+        return out
+    k = hits[0]
+    timed = [runs[k]] + [fit(k) for _ in range(spec.get("repeats", 3) - 1)]
+    out["fit_s_all"] = [r["fit_s"] for r in timed]
+    out["fit_s"] = float(np.median(out["fit_s_all"]))
+    out["test_logloss"] = points[k][1]
+    out["epoch_s"] = float(np.median([r["epoch_s"] for r in timed]))
+    out["nnz_per_s"] = float(np.median([r["nnz_per_s"] for r in timed]))
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 
@@ -310,7 +410,8 @@ def run(spec: dict) -> dict:
     out["fit_s_all"] = [r["fit_s"] for r in runs]
     out["fit_s"] = float(np.median(out["fit_s_all"]))
     for key in ("epoch_s", "nnz_per_s"):
-        out[key] = float(np.median([r[key] for r in runs]))
+        out[key + "_all"] = [r[key] for r in runs]
+        out[key] = float(np.median(out[key + "_all"]))
     if "epoch_times" in out:  # snapfit: seconds since fit start at each epoch end, per run
         out["epoch_times_all"] = [r["epoch_times"] for r in runs]
         n = min(len(t) for t in out["epoch_times_all"])
@@ -328,22 +429,56 @@ def run(spec: dict) -> dict:
     return out
 
 
-def run_job(spec: dict, timeout: float = 3600) -> dict:
-    """``run(spec)`` in a fresh interpreter (peak RSS per system); errors come back as data."""
+def run_many(specs: list) -> list:
+    """``run`` for each spec in turn, in this process, each error caught as data."""
+    out = []
+    for spec in specs:
+        t0 = time.perf_counter()
+        try:
+            r = run(spec)
+        except Exception as e:  # noqa: BLE001 - one system's failure is a result, not a crash
+            r = {"error": f"{type(e).__module__}.{type(e).__name__}: {e}", "spec": spec}
+        out.append({**r, "wall_s": time.perf_counter() - t0})
+    return out
+
+
+def run_job(spec, timeout: float = 6 * 3600):
+    """``run(spec)`` in a fresh interpreter (peak RSS per system); errors come back as data.
+    ``wall_s`` is the job's wall time: start-up, loading, every fit and the evaluation;
+    ``cpu_s`` its CPU time (all threads), which a shared machine inflates far less than wall
+    time. A list of specs runs in one process (``run_many``; no per-system peak RSS then) and
+    gives a list."""
+    if isinstance(spec, list):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        specs = [{**s, "set": os.path.relpath(s["set"], root)} for s in spec]
+        r = run_job({"many": specs}, timeout)
+        if "error" in r:
+            return [{**r, "spec": s} for s in specs]
+        return r["results"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # Relative to the checkout (the job runs there), so no machine path reaches the results.
-    spec = {**spec, "set": os.path.relpath(spec["set"], root)}
+    if "set" in spec:
+        spec = {**spec, "set": os.path.relpath(spec["set"], root)}
     cmd = [sys.executable, "-m", "bench.systems", json.dumps(spec)]
+    t0, cpu0 = time.perf_counter(), children_cpu_s()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root)
     except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s", "spec": spec}
+        return {"error": f"timeout after {timeout:.0f} s", "spec": spec, "wall_s": timeout}
+    took = {"wall_s": time.perf_counter() - t0, "cpu_s": children_cpu_s() - cpu0}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
         tail = (p.stderr or p.stdout).strip().replace(root + os.sep, "").splitlines()[-1:]
-        return {"error": " | ".join(tail) or f"exit {p.returncode}", "spec": spec}
-    return json.loads(lines[-1])
+        return {"error": " | ".join(tail) or f"exit {p.returncode}", "spec": spec, **took}
+    return {**json.loads(lines[-1]), **took}
+
+
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(json.loads(sys.argv[1]))), flush=True)
+    job = json.loads(sys.argv[1])
+    result = {"results": run_many(job["many"])} if "many" in job else run(job)
+    print(json.dumps(result), flush=True)

@@ -56,3 +56,95 @@ def test_load_history_rejects_other_files(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"\xff\x00\x01")
     with pytest.raises(DataError, match="neither a snapfit model"):
         load_history(tmp_path / "x.bin")
+
+
+# ``python -m bench``'s pure pieces: the max_iter search and RESULTS.md from a results dict.
+
+
+def _curve(k, optimum=0.3, rate=0.2):
+    return optimum + 0.2 * np.exp(-rate * k)  # geometric convergence of the test log loss
+
+
+@pytest.mark.parametrize("k_star_rate", [0.05, 0.2, 0.7])
+def test_next_probe_finds_smallest_max_iter(k_star_rate):
+    from bench.systems import next_probe
+
+    optimum, target = 0.3, 0.3 + 1e-4
+    truth = next(k for k in range(1, 1000) if _curve(k, optimum, k_star_rate) <= target)
+    points, k = {}, 1
+    while k is not None:
+        assert k not in points
+        points[k] = (float(k), _curve(k, optimum, k_star_rate))
+        k = next_probe(points, target, optimum, cap=512)
+    hits = [kk for kk, (_, ll) in points.items() if ll <= target]
+    assert min(hits) == truth and truth - 1 in points
+    assert len(points) <= 2 * np.log2(truth) + 4  # doubling + interpolation/bisection
+
+
+def test_next_probe_stops_at_cap_and_predict_s():
+    from bench.systems import next_probe, predict_s
+
+    points = {k: (float(k), 0.5) for k in (1, 2, 4, 8)}
+    assert next_probe(points, 0.3, 0.29, cap=8) is None
+    assert next_probe(points, 0.3, 0.29, cap=12) == 12
+    quad = {k: (k**2 / 10, 0.5) for k in (4, 8)}
+    assert predict_s(quad, 16) == pytest.approx(25.6)  # t ~ k^2 extrapolated
+    assert predict_s({4: (1.0, 0.5)}, 8) == pytest.approx(2.0)  # one point: linear
+
+
+def _bench_results():
+    meta = {"name": "s-1000", "rows": 1000, "test_rows": 200, "n_features": 50, "nnz": 9000}
+    budget = {"asked": 2_000, "asked_frac": 0.2, "data_bytes": 10_000, "budget": 30_000,
+              "frac": 3.0, "raised_to_minimum": True}  # fmt: skip
+
+    def fit(primal, **kw):
+        return {"primal": primal, "n_iter": 7, "fit_s": 0.5, "epoch_s": 0.07, "nnz_per_s": 1e6,
+                "peak_rss_mb": 300.0, "data_rss_mb": 50.0, "rss_method": "VmHWM",
+                "test_logloss": 0.4, "wall_s": 3.0, "cpu_s": 2.5, "spec": {"tol": 1e-4},
+                "source": "StreamSource", **kw}  # fmt: skip
+
+    from bench.report import LABELS
+
+    agree = {"set": meta, "budget": budget, "rtol": 1e-5, "one_process_cpu_s": 9.0,
+             "systems": {n: fit(10.0) for n in LABELS}}  # fmt: skip
+    agree["systems"]["vw"] = fit(10.001)
+    for r in agree["systems"].values():
+        r["primal_rel_excess"] = (r["primal"] - 10.0) / 10.0
+    missed = {"points": [[1, 5.0, 0.6]], "k_star": None, "search_s": 5.0, "wall_s": 7.0,
+              "cpu_s": 6.0, "not_reached": "not reached within a 6 s search budget"}  # fmt: skip
+    curve = {"curve_logloss": [0.5, 0.41, 0.4002, 0.4], "epoch_times": [0.1, 0.2, 0.3, 0.4],
+             "k_star": 3, "tt_target_all": [0.3, 0.31, 0.29], "tt_target_s": 0.3}  # fmt: skip
+    target = {"set": meta, "C": 0.1, "delta": 1e-3, "repeats": 3, "optimum": 0.4,
+              "target": 0.401, "best_path_logloss": 0.4, "budget": budget,
+              "reference": {"n_iter": 9, "wall_s": 4.0, "cpu_s": 3.0}, "ratios": {"r": 0.5},
+              "systems": {"snapfit-1": fit(1.0, **curve), "snapfit-2": fit(1.0, **curve),
+                          "snapml-1": {"points": [[1, 0.1, 0.6], [2, 0.2, 0.4005]],
+                                       "k_star": 2, "fit_s": 0.2, "fit_s_all": [0.2] * 3,
+                                       "search_s": 0.3, "epoch_s": 0.1, "nnz_per_s": 1e6,
+                                       "wall_s": 2.0, "cpu_s": 1.5},
+                          "liblinear": missed}}  # fmt: skip
+    table = {"set": meta, "budget": budget,
+             "systems": {n: fit(1.0, primal_rel_excess=0.0) for n in LABELS}}  # fmt: skip
+    table["systems"]["saga"] = {"error": "boom", "wall_s": 1.0}
+    return {"mode": "quick", "C": 0.1, "command": "python -m bench --quick", "total_s": 400.0,
+            "loadavg_start": [0.2], "loadavg_end": [0.3], "agree": agree, "table": [table],
+            "target": target, "machine": {k: "x" for k in ("cpu", "cores", "ram_gb",
+            "platform", "python", "numpy", "scipy", "scikit-learn", "snapml", "vowpalwabbit",
+            "numba", "pyarrow", "snapfit")},
+            "timings": {"data_s": 5.0, "agree_s": 20.0, "table_s": {"s-1000": 100.0},
+                        "target_s": 200.0}}  # fmt: skip
+
+
+def test_bench_report_checks_agreement_and_shows_time(tmp_path):
+    from bench.report import write_report
+
+    write_report(_bench_results(), str(tmp_path))
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "**8 of 9 systems pass**" in md and "| 1.0e-04 | **FAIL** |" in md
+    assert md.count("| PASS |") == 8
+    assert "**not reached within a 6 s search budget**" in md
+    assert "raised to that" in md and "300% of the decoded data" in md
+    assert "## Where the time went" in md and "| systems table, s-1000 | 100 | 20 |" in md
+    assert "error: boom" in md
+    for png in ("time_to_target.png", "pass_rates.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
