@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -46,10 +47,21 @@ class ParquetPieces(PieceStore):
         self.norms = DiskArray(os.path.join(self._dir, "sqnorm.f32"), self.row_off[-1], np.float32)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._records: dict[int, np.ndarray] = {}
+        self._records: dict[int, tuple] = {}
+        self._slab: np.ndarray | None = None
+        self._free: list[int] = []
         self.pending = 0  # bytes of records decoded and not yet taken
         self.peak_pending = 0
         self.decode_seconds = 0.0
+
+    def slot_nbytes(self) -> int:
+        """Bytes of one record slot: the largest piece record."""
+        return int(np.max(self.record_nbytes(np.arange(len(self.pieces))), initial=1))
+
+    def window_rgs(self, cap: int) -> float:
+        """How many of the largest row groups ``cap`` bytes of slots hold."""
+        most = int(np.bincount(self.pieces.rg).max(initial=1))
+        return (int(cap) // self.slot_nbytes()) / most
 
     def rg_record_nbytes(self) -> np.ndarray:
         """Record bytes of every row group, from the file metadata."""
@@ -70,32 +82,41 @@ class ParquetPieces(PieceStore):
 
     # -- an epoch --------------------------------------------------------------------------
     def begin(self, rg_order, cap: int) -> None:
-        """Start decoding the row groups in ``rg_order``; hold about ``cap`` bytes at most."""
+        """Start decoding the row groups in ``rg_order`` into at most ``cap`` bytes of slots.
+
+        Records go to fixed slots of one slab allocated once (the largest record each), so the
+        window's memory is that slab, touched as used: no allocator churn or fragmentation from
+        ~1 MB records allocated in one thread and freed in another. Only when the reader waits
+        for a row group the slots cannot hold yet does the decoder allocate beyond them.
+        """
         self.end()
         self._order = [int(g) for g in rg_order]
         self._rank = np.empty(len(self._order), np.int64)
         self._rank[self._order] = np.arange(len(self._order))
-        self._cap = int(cap)
+        slot = self.slot_nbytes()
+        n_slots = max(1, int(cap) // slot)
+        if self._slab is None or self._slab.shape != (n_slots, slot):
+            self._slab = None
+            self._slab = np.empty((n_slots, slot), np.uint8)
+        self._free = list(range(n_slots - 1, -1, -1))
+        self._n_pieces = np.bincount(self.pieces.rg, minlength=len(self._order))
         self._records = {}
         self.pending = 0
-        self._next = 0  # rank of the next row group to decode
         self._need = -1  # rank the reader waits for (the decoder may exceed cap to reach it)
         self._stop = False
         self._error: BaseException | None = None
-        self._rg_bytes = self.rg_record_nbytes()
         self._thread = threading.Thread(target=self._run, name="snapfit-decoder", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        import time
-
         try:
             for i, g in enumerate(self._order):
                 with self._cond:
                     while (
                         not self._stop
                         and self._need < i
-                        and (self.pending + self._rg_bytes[g] > self._cap and self.pending > 0)
+                        and self.pending > 0
+                        and len(self._free) < self._n_pieces[g]
                     ):
                         self._cond.wait(_POLL)
                     if self._stop:
@@ -103,16 +124,16 @@ class ParquetPieces(PieceStore):
                 t0 = time.perf_counter()
                 self.decoder.decode(g, self._keep, norms=self._norms_of)
                 self.decode_seconds += time.perf_counter() - t0
-                with self._cond:
-                    self._next = i + 1
-                    self._cond.notify_all()
         except BaseException as e:  # noqa: BLE001 - raised in the reader by take()
             with self._cond:
                 self._error = e
                 self._cond.notify_all()
 
     def _keep(self, p: int, parts) -> None:
-        record = np.empty(sum(x.nbytes for x in parts), np.uint8)
+        size = sum(x.nbytes for x in parts)
+        with self._cond:
+            slot = self._free.pop() if self._free else None
+        record = self._slab[slot, :size] if slot is not None else np.empty(size, np.uint8)
         pos = 0
         for x in parts:
             record[pos : pos + x.nbytes] = x.view(np.uint8)
@@ -120,13 +141,13 @@ class ParquetPieces(PieceStore):
         with self._cond:
             if self._stop:
                 raise _Stopped()
-            self._records[p] = record
-            self.pending += len(record)
+            self._records[p] = (record, slot)
+            self.pending += size
             self.peak_pending = max(self.peak_pending, self.pending)
             self._cond.notify_all()
 
-    def take(self, p: int) -> np.ndarray:
-        """Piece ``p``'s record, waiting for the decoder; it is forgotten here once taken."""
+    def _take(self, p: int):
+        """Piece ``p``'s record and slot, waiting for the decoder."""
         with self._cond:
             while p not in self._records:
                 if self._error is not None:
@@ -143,13 +164,20 @@ class ParquetPieces(PieceStore):
                 self._need = max(self._need, int(self._rank[self.pieces.rg[p]]))
                 self._cond.notify_all()
                 self._cond.wait(_POLL)
-            record = self._records.pop(p)
-            self.pending -= len(record)
-            self._cond.notify_all()
-        return record
+            return self._records.pop(p)
 
     def fill(self, targets: list[np.ndarray], p: int, record=None) -> None:
-        self.copy_record(targets, self.take(p) if record is None else record)
+        """Copy piece ``p`` into ``targets``, then hand its slot back to the decoder."""
+        if record is not None:
+            self.copy_record(targets, record)
+            return
+        record, slot = self._take(p)
+        self.copy_record(targets, record)
+        with self._cond:
+            if slot is not None:
+                self._free.append(slot)
+            self.pending -= len(record)
+            self._cond.notify_all()
 
     def abort(self) -> None:
         """Make waits return (the epoch is being stopped)."""
@@ -168,5 +196,6 @@ class ParquetPieces(PieceStore):
 
     def close(self) -> None:
         self.end()
+        self._slab = None
         self.norms.close()
         super().close()

@@ -152,7 +152,7 @@ class StreamSource:
         self.window = 0.0
         if self.mode == "parquet":
             # The decoder holds ~window/2 + 2 row groups (module docstring of ``direct``).
-            self.window = max(1.0, self.plan.resident / max(1, rg_bytes) - 2.0)
+            self.window = max(1.0, self.cache.window_rgs(self.plan.resident) - 2.0)
         self._record = np.asarray(self.cache.record_nbytes(np.arange(len(self.pieces))))
         self.pool = BufferPool(self.plan.n_buffers, self._max_buffer())
         self._resident: dict[int, np.ndarray] = {}
