@@ -1,10 +1,12 @@
 """The cluster door: train on a Dask cluster, each worker running the engine on its own share.
 
 The driver (your client) reads Parquet footers only and deals row groups to workers by nnz; each
-worker reads its row groups itself and keeps them, their dual variables and its threads in a
-``Part`` actor between rounds. A round sends ``w`` out and brings every part's ``dw`` back
-(CoCoA+ with sigma' = all threads of all workers); the driver sums, checks the global duality
-gap, checkpoints alpha, and survives a lost worker by re-placing its share. See ``docs/dask.md``.
+worker reads its row groups itself and keeps them (resident, or streamed within its memory
+budget), their dual variables and its threads in a ``Part`` actor between rounds. A round: each
+part runs the engine on its subproblem (CoCoA+ with sigma' = all threads of all workers, plus a
+gradient correction) and returns ``dw``; the driver sums, every part measures the new point
+(exact duality gap, gradient), the driver accepts or rejects the round, checkpoints alpha, and
+survives a lost worker by re-placing its share. See ``docs/dask.md``.
 
 >>> from distributed import Client, LocalCluster              # doctest: +SKIP
 >>> from snapfit.dask import DaskLogisticRegression            # doctest: +SKIP
@@ -22,7 +24,15 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from snapfit.dask._driver import DaskFit, FitTimeoutError, WorkerLost, balance, train
+from snapfit.dask._driver import (
+    DaskFit,
+    FitTimeoutError,
+    WorkerLost,
+    alive_workers,
+    balance,
+    train,
+    wait_all,
+)
 from snapfit.engine import Problem
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
@@ -36,6 +46,7 @@ __all__ = [
     "cluster_client",
     "fit",
     "train",
+    "warm_up",
 ]
 
 
@@ -53,8 +64,10 @@ class DaskLogisticRegression(LogisticRegression):
     sum over the workers. ``checkpoint_every`` is the rounds between alpha checkpoints the parts
     send the driver (8 bytes per row each time): a lost worker costs at most that many rounds.
     ``checkpoint_dir`` must be None (the checkpoint lives in the driver's memory).
-    ``memory_budget`` and ``chunk_rows`` are not used: every worker keeps its share resident.
-    ``device="gpu"`` is not available on workers yet.
+    ``memory_budget`` and ``chunk_rows`` apply per worker, to its share of Parquet input: the
+    share stays resident when it fits the budget and is streamed by the out-of-core engine
+    otherwise (None: half of the worker's available memory). ``device="gpu"`` raises a
+    ``ResourceError`` (naming the workers without a GPU): workers train on CPU threads only.
 
     ``fit`` takes Parquet paths (a file, directory, glob or list; labels inside) or a dask array
     ``X`` with a dask array or array-like ``y``. ``predict``, ``predict_proba`` and
@@ -121,14 +134,19 @@ class DaskLogisticRegression(LogisticRegression):
         *,
         timeout: float = 600.0,
         tree_above: int = 16,
+        max_passes: int = 10,
+        correction: bool = True,
         on_round=None,
     ):
         """Fit on Parquet paths (labels inside) or a dask array ``X`` with labels ``y``.
 
         timeout : seconds any single step (loading, a round, recovery) may take before the fit
             fails with ``FitTimeoutError``; it never waits forever.
-        tree_above : with more workers than this, ``dw`` is summed by a tree of tasks on the
-            workers instead of at the driver.
+        tree_above : with more workers than this, ``dw`` and the gradient are summed by a tree
+            of tasks on the workers instead of at the driver.
+        max_passes : engine passes a worker may run on its subproblem in one round.
+        correction : False runs plain CoCoA+ rounds (one pass each, no gradient correction),
+            which can stall on data whose rows all share dense features; for comparisons.
         on_round : callable getting each round's record; returning True stops the fit.
         """
         self._validate_params()
@@ -137,13 +155,8 @@ class DaskLogisticRegression(LogisticRegression):
                 "checkpoint_dir is not used by Dask fits: the driver keeps the checkpoint (alpha "
                 "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
             )
-        if self.device == "gpu":
-            from snapfit.errors import ResourceError
-
-            raise ResourceError(
-                "device='gpu' is not available for Dask fits yet; use device='cpu' or 'auto'."
-            )
         client = self._client()
+        _check_device(client, self.device, timeout)
         dataset = as_dataset(X) if not _is_dask_collection(X) else None
         if dataset is not None:
             if y is not None or sample_weight is not None:
@@ -180,7 +193,8 @@ class DaskLogisticRegression(LogisticRegression):
             class_weights=self._class_bounds,
             n_jobs=None if self.n_jobs is None else _n_jobs(self.n_jobs),
             timeout=timeout, checkpoint_every=int(self.checkpoint_every), tree_above=tree_above,
-            warm_w=warm_w,
+            warm_w=warm_w, memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
+            max_passes=max_passes, correction=correction,
             on_round=(lambda rec: any([bool(c(rec)) for c in callbacks])) if callbacks else None,
         )  # fmt: skip
         return self._keep(result, bias)
@@ -222,6 +236,7 @@ class DaskLogisticRegression(LogisticRegression):
         self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
         self.history_ = result.history
         self.parts_ = result.parts
+        self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
         if not result.converged:
             gap = result.history[-1]["rel_gap"] if result.history else float("nan")
             warnings.warn(
@@ -236,8 +251,9 @@ class DaskLogisticRegression(LogisticRegression):
     def _print_round(rec: dict) -> None:
         print(
             f"round {rec['epoch']:4d}  primal {rec['primal']:.8g}  rel_gap {rec['rel_gap']:.3e}"
-            f"{' (exact)' if rec['exact'] else ''}  {rec['seconds']:.3f}s  {rec['n_workers']} "
-            f"workers  {(rec['bytes_sent'] + rec['bytes_received']) / 1e6:.2f} MB"
+            f"{'' if rec['accepted'] else ' (rejected)'}  theta {rec['theta']:.3g}  "
+            f"{rec['passes']} passes  {rec['seconds']:.3f}s  {rec['n_workers']} workers  "
+            f"{(rec['bytes_sent'] + rec['bytes_received']) / 1e6:.2f} MB"
             f"{'  ' + rec['event'] if rec.get('event') else ''}",
             flush=True,
         )
@@ -350,35 +366,93 @@ def fit(client, data, y=None, **params) -> DaskLogisticRegression:
 def cluster_client(scheduler: str | None = None, n_workers: int | None = None, *,
                    threads_per_worker: int | None = None, timeout: float = 60.0):  # fmt: skip
     """A ``distributed.Client`` for the CLI: to ``scheduler`` (``tcp://HOST:PORT``) or else to a
-    new local cluster of ``n_workers`` processes (``LocalCUDACluster``, one worker per GPU, when
-    a GPU and dask-cuda are present). Closes what it started."""
+    new ``LocalCluster`` of ``n_workers`` processes sharing this machine's cores. Closes what
+    it started."""
     from distributed import Client, LocalCluster
 
     if scheduler:
         with Client(scheduler, timeout=timeout) as client:
             yield client
         return
-    cluster = None
-    if _gpus_present():
-        try:
-            from dask_cuda import LocalCUDACluster
-
-            cluster = LocalCUDACluster(n_workers=n_workers)
-        except ImportError:
-            cluster = None
-    if cluster is None:
-        if threads_per_worker is None:
-            threads_per_worker = max(1, (os.cpu_count() or 1) // max(1, n_workers or 1))
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                               processes=True)  # fmt: skip
+    if threads_per_worker is None:
+        threads_per_worker = max(1, (os.cpu_count() or 1) // max(1, n_workers or 1))
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                           processes=True, dashboard_address=None)  # fmt: skip
     with cluster, Client(cluster, timeout=timeout) as client:
         yield client
 
 
-def _gpus_present() -> bool:
+def _has_gpu() -> bool:
     try:
         from numba import cuda
 
         return bool(cuda.is_available())
     except Exception:  # noqa: BLE001 - no driver, no toolkit: no GPU
         return False
+
+
+def _check_device(client, device: str, timeout: float) -> None:
+    """``device='gpu'`` fails with a clear message: naming the workers without a GPU, or else
+    saying that workers train on their CPU threads only."""
+    if device != "gpu":
+        return
+    from snapfit.errors import ResourceError
+
+    workers = sorted(alive_workers(client, timeout))
+    futs = {a: client.submit(_has_gpu, workers=[a], allow_other_workers=False, pure=False)
+            for a in workers}  # fmt: skip
+    try:
+        has = wait_all(client, futs, timeout=timeout, what="looking for GPUs")
+    finally:
+        for f in futs.values():
+            f.release()
+    missing = [a for a in workers if not has[a]]
+    if missing:
+        raise ResourceError(
+            f"device='gpu' but worker(s) {', '.join(missing)} have no usable GPU (numba.cuda "
+            "finds none there); use device='cpu' or 'auto' to train on the workers' CPU threads."
+        )
+    raise ResourceError(
+        "device='gpu' is not available for Dask fits: workers train on their CPU threads only. "
+        "Use device='cpu' or 'auto', or snapfit.LogisticRegression(device='gpu') on one machine."
+    )
+
+
+def _warm_worker() -> float:
+    """Import the worker side and run every kernel once on a tiny share (JIT or cache load)."""
+    import time
+
+    t0 = time.perf_counter()
+    from snapfit.dask import _kernels
+    from snapfit.data.chunk import Chunk
+    from snapfit.engine import InMemorySource, Problem, Trainer
+
+    indptr = np.arange(0, 9, 2, dtype=np.int64)
+    chunk = Chunk(indptr, np.array([0, 1, 1, 2, 0, 2, 1, 3], np.int32),
+                  np.ones(8, np.float32), np.array([1, -1, 1, -1], np.float32), None)  # fmt: skip
+    tr = Trainer(InMemorySource([chunk], 4), Problem(n_features=4, sigma=2.0))
+    try:
+        tr.run_epoch()
+        r = np.zeros(5)
+        args = (*_kernels.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
+        _kernels.measure(*args, tr.w, r)
+        _kernels.accumulate(*args, r)
+    finally:
+        tr.close()
+    return time.perf_counter() - t0
+
+
+def warm_up(client, *, timeout: float = 300.0) -> dict[str, float]:
+    """Import snapfit and load or compile its kernels on every worker of ``client``.
+
+    A fresh worker process otherwise pays for both in the first fit (seconds: ``import
+    snapfit`` pulls in scikit-learn). Returns the seconds each worker took.
+    """
+    workers = sorted(alive_workers(client, timeout))
+    futs = {a: client.submit(_warm_worker, workers=[a], allow_other_workers=False, pure=False)
+            for a in workers}  # fmt: skip
+    try:
+        return wait_all(client, futs, timeout=timeout, what="warming up the workers")
+    finally:
+        for f in futs.values():
+            f.release()

@@ -1,21 +1,38 @@
 """What runs on a Dask worker: one ``Part`` actor per worker and fit generation.
 
 The actor reads its own share of the data (Parquet row groups by id, or array blocks handed to
-its constructor by the scheduler), keeps it resident as ONE chunk (as ``ResidentSource`` does:
-rows shuffled across the whole share converge in fewer passes than row group by row group) and
-owns a ``Trainer`` whose threads are this worker's CoCoA+ units. Between rounds the data, the
-dual variables and the threads stay here; only ``w`` comes in and ``dw`` goes out.
+its constructor by the scheduler) and owns an engine ``Trainer`` whose threads are this
+worker's units. A Parquet share is kept resident as ONE chunk when it fits the worker's memory
+budget (rows shuffled across the whole share every pass) and is otherwise streamed by the
+out-of-core engine (``snapfit.stream.StreamSource``) within that budget. Between rounds the
+data, the dual variables and the threads stay here; only vectors of ``n_features + 1``
+numbers travel.
+
+A round asks two things of a part (see ``_driver`` for why):
+
+``measure(w)``
+    one pass at the global ``w``: the exact loss, entropy and gap sums of this share and its
+    gradient share ``r_k = sum_{i in k} (a_i - p_i) y_i x_i`` (``_kernels.measure``);
+``step(g, theta)``
+    the engine's coordinate passes on this share's subproblem, started from the view
+    ``w + theta (s_k r_k - g)`` with curvature ``s_k = n / n_k``, until its gap is below the
+    driver's target; returns ``dw = A_k dalpha``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
 
+from snapfit.dask import _kernels
 from snapfit.data.chunk import Chunk
 from snapfit.engine import InMemorySource, Problem, Trainer
 from snapfit.engine.source import concat_chunks
+
+#: Bytes per row a part keeps besides the engine's own: the saved alpha of the accepted point.
+EXTRA_BYTES_PER_ROW = 8
 
 
 def _array_chunk(block) -> Chunk:
@@ -27,122 +44,312 @@ def _array_chunk(block) -> Chunk:
     return Chunk(indptr, indices, values, y_pm, weight)
 
 
+def _rows(chunk: Chunk, lo: int, hi: int) -> Chunk:
+    """Rows ``[lo, hi)`` of a CSR chunk (views of its arrays, a rebased ``indptr``)."""
+    a, b = int(chunk.indptr[lo]), int(chunk.indptr[hi])
+    return Chunk(
+        chunk.indptr[lo : hi + 1] - a,
+        chunk.indices[a:b],
+        None if chunk.values is None else chunk.values[a:b],
+        chunk.y[lo:hi],
+        None if chunk.weight is None else chunk.weight[lo:hi],
+    )
+
+
+def share_of(dataset, ids: list[int]):
+    """The Parquet ``Dataset`` restricted to row groups ``ids`` (in that order): the engine's
+    sources see only this worker's share, so they cannot read anything else."""
+    view = copy.copy(dataset)
+    view.chunks = [dataset.chunks[k] for k in ids]
+    used = {ref.file for ref in view.chunks}
+    view.files = [f for f in dataset.files if f in used]
+    return view
+
+
+def _budget(memory_budget) -> int:
+    from snapfit.stream.budget import default_memory_budget, parse_memory_budget
+
+    if memory_budget is None:
+        return default_memory_budget()
+    return parse_memory_budget(memory_budget)
+
+
 class Part:
-    """One worker's share of one fit: resident rows, their dual variables, a ``Trainer``.
+    """One worker's share of one fit: its rows (resident or streamed), their dual variables
+    and a ``Trainer``.
 
     ``ids`` are the driver's chunk ids (Parquet row groups or array blocks) this part owns, in
-    the order their rows are packed here; ``payload`` is the ``Dataset`` to read them from, or
-    the list of array blocks (resolved from futures by the scheduler before this runs).
-    ``inherit`` names an earlier ``Part`` on this worker (after a lost worker, a new generation
-    starts) whose resident chunks are reused instead of read again.
+    the order its rows are laid out (alpha included); ``payload`` is the ``Dataset`` to read
+    them from, or the list of array blocks (resolved from futures by the scheduler). ``inherit``
+    names an earlier ``Part`` of the same fit on this worker (after a lost worker a new
+    generation starts) whose resident rows are reused instead of read again.
+    ``memory_budget`` / ``chunk_rows`` are the estimator's, applied to this worker's share;
+    ``n_jobs`` is the number of engine threads.
     """
 
-    def __init__(self, kind: str, payload, ids: list[int], inherit: str | None = None):
+    def __init__(
+        self,
+        kind: str,
+        payload,
+        ids: list[int],
+        inherit: str | None = None,
+        *,
+        n_jobs: int = 1,
+        memory_budget=None,
+        chunk_rows: int | None = None,
+    ):
         from distributed import get_worker
 
         t0 = time.perf_counter()
         worker = get_worker()
         self.address = worker.address
         old = worker.state.actors.get(inherit) if inherit else None
-        kept = dict(old.by_id) if old is not None else {}
+        kept = old.resident_rows() if old is not None else {}
         self.ids = list(ids)
         self.read: list = []  # what THIS part read from storage: (file, row group) or block id
-        self.by_id: dict[int, Chunk] = {}
-        for j, k in enumerate(self.ids):
-            if k in kept:
-                self.by_id[k] = kept[k]
-            elif kind == "parquet":
-                self.by_id[k] = payload.read_chunk(k)
-                ref = payload.chunks[k]
-                self.read.append((ref.file, ref.row_group))
-            else:
-                self.by_id[k] = _array_chunk(payload[j])
-                self.read.append(k)
-        chunks = [self.by_id[k] for k in self.ids]
-        self.rows = [c.n_rows for c in chunks]
-        self.chunk = concat_chunks(chunks) if chunks else None
+        self.chunk: Chunk | None = None  # the resident share (None when streamed)
+        self.source = self.state = None
+        self.mode = "resident"
+        if kind == "parquet":
+            self._open_parquet(payload, kept, n_jobs, memory_budget, chunk_rows)
+        else:
+            chunks = []
+            for j, k in enumerate(self.ids):
+                if k in kept:
+                    chunks.append(kept[k])
+                else:
+                    chunks.append(_array_chunk(payload[j]))
+                    self.read.append(k)
+            self._keep_resident(chunks)
+        self.n_rows = int(sum(self.rows))
         self.trainer: Trainer | None = None
-        self.dw: np.ndarray | None = None
+        self.scale = 1.0
+        self.kept: dict[str, np.ndarray] = {}  # vectors left for a reduction tree to take
+        self.w_measured = self.r = None
+        self.saved: tuple | None = None  # (alpha, w, r) of the last accepted point
         self.load_seconds = time.perf_counter() - t0
 
+    # -- data ------------------------------------------------------------------------------
+    def _keep_resident(self, chunks: list[Chunk]) -> None:
+        self.rows = [c.n_rows for c in chunks]
+        self.chunk = concat_chunks(chunks)
+        self.source = InMemorySource([self.chunk], 0)
+
+    def _open_parquet(self, dataset, kept, n_jobs, memory_budget, chunk_rows) -> None:
+        from snapfit.stream.choose import resident_peak_nbytes
+
+        share = share_of(dataset, self.ids)
+        self.rows = [ref.n_rows for ref in share.chunks]
+        budget = _budget(memory_budget) - EXTRA_BYTES_PER_ROW * sum(self.rows)
+        if not share.files or resident_peak_nbytes(share, n_jobs) <= budget:
+            chunks = []
+            for j, k in enumerate(self.ids):
+                if k in kept:
+                    chunks.append(kept[k])
+                else:
+                    chunks.append(share.read_chunk(j))
+                    ref = share.chunks[j]
+                    self.read.append((ref.file, ref.row_group))
+            self._keep_resident(chunks)
+            return
+        from snapfit.errors import ResourceError
+        from snapfit.stream.source import StreamSource
+
+        if budget <= 0:
+            raise ResourceError(
+                f"worker {self.address}: memory_budget leaves nothing for its {sum(self.rows)} "
+                "rows; raise memory_budget or add workers."
+            )
+        self.mode = "stream"
+        self.source = StreamSource(share, budget, n_jobs=n_jobs, chunk_rows=chunk_rows)
+        self.read = [(ref.file, ref.row_group) for ref in share.chunks]
+
+    def resident_rows(self) -> dict[int, Chunk]:
+        """Chunk id -> its rows, for a next generation on this worker (resident shares only)."""
+        if self.chunk is None:
+            return {}
+        out, lo = {}, 0
+        for k, n in zip(self.ids, self.rows, strict=True):
+            out[k] = _rows(self.chunk, lo, lo + n)
+            lo += n
+        return out
+
     def info(self) -> dict:
-        y = self.chunk.y
-        n_pos = int((y > 0).sum())
+        if self.chunk is not None:
+            n_pos = int((self.chunk.y > 0).sum())
+            counts = (self.chunk.n_rows - n_pos, n_pos)
+            nnz = self.chunk.nnz
+        else:
+            counts = self.source.dataset.label_counts()
+            nnz = int(self.source.dataset.nnz)
         return {
             "address": self.address,
             "ids": self.ids,
             "rows": self.rows,
-            "nnz": self.chunk.nnz,
+            "nnz": nnz,
             "read": self.read,
-            "label_counts": (len(y) - n_pos, n_pos),
+            "mode": self.mode,
+            "label_counts": counts,
             "load_seconds": self.load_seconds,
         }
 
+    def _each_chunk(self, fn) -> None:
+        """``fn(chunk, alpha)`` for every chunk of the share, through the engine's source and
+        dual-state protocol (so streamed chunks come and go as in an engine pass)."""
+        src, state = self.source, self.trainer.state
+        release = getattr(src, "release", None)
+        for k, chunk in src.epoch(list(range(src.n_chunks))):
+            try:
+                fn(chunk, state.alpha_of(k))
+            finally:
+                if release is not None:
+                    release(k)
+                state.release(k)
+
+    def _alpha(self) -> np.ndarray:
+        state = self.trainer.state
+        out = np.empty(state.n_rows)
+        state.read_alpha(0, out)
+        return out
+
+    def _w_of_alpha(self) -> np.ndarray:
+        p = self.trainer.problem
+        out = np.zeros(p.n_features + 1)
+        self._each_chunk(lambda c, a: _kernels.accumulate(*_kernels.chunk_args(c), p.c_pos,
+                                                          p.c_neg, p.bias, a, out))  # fmt: skip
+        return out
+
+    # -- the fit ---------------------------------------------------------------------------
     def start(
         self,
         problem: Problem,
         *,
+        scale: float = 1.0,
         epoch: int = 0,
         alpha: np.ndarray | None = None,
         warm_w: np.ndarray | None = None,
     ) -> dict:
-        """Build the trainer; return this part's ``w(alpha)`` and its ``alpha`` (checkpoint).
+        """Build the trainer; return this part's ``w(alpha)`` and its ``alpha``.
 
-        Starting points: zeros; ``alpha`` (a restored checkpoint; ``w`` is recomputed from it
-        exactly, so the driver's sum is ``w(alpha)`` over all parts); or ``warm_w`` (the dual
-        point paired with a previous model, ``Trainer.warm_start``).
+        ``problem.sigma`` is this part's threads times ``scale`` (``n / n_k``). Starting points:
+        zeros; ``alpha`` (a restored checkpoint; ``w`` is recomputed from it exactly, so the
+        driver's sum is ``w(alpha)`` over all parts); or ``warm_w`` (the dual point paired
+        with a previous model, ``Trainer.warm_start``).
         """
         if self.trainer is not None:
-            self.trainer.close()
-        self.trainer = tr = Trainer(InMemorySource([self.chunk], problem.n_features), problem)
+            self.trainer.close()  # closes its dual state too
+        if self.chunk is not None:
+            self.source = InMemorySource([self.chunk], problem.n_features)
+        else:
+            self.state = self.source.make_state()
+        self.trainer = tr = Trainer(self.source, problem, state=self.state)
+        self.scale = float(scale)
+        self.saved = None
         tr.epoch = int(epoch)
         if alpha is not None:
-            tr.warm_start_alpha(np.asarray(alpha, dtype=np.float64))
+            tr.state.write_alpha(0, np.asarray(alpha, dtype=np.float64))
+            w = self._w_of_alpha()
         elif warm_w is not None:
-            tr.warm_start(warm_w)
-        return {"w": tr.w.copy(), "alpha": np.array(tr.state.alpha)}
-
-    def step(self, w: np.ndarray, *, checkpoint: bool, keep_dw: bool = False) -> dict:
-        """One CoCoA+ round: a pass over this part from the global ``w``; return ``dw`` and the
-        additive pieces of the objective (entropy sum, gap sum) and, if asked, ``alpha``."""
-        tr = self.trainer
-        tr.w[:] = w
-        rec = tr.run_epoch()
-        wsq = float(tr.w @ tr.w)
-        # run_epoch reports dual = -||w_local||^2 / 2 - entropy; the entropy sum over this
-        # part's rows is what adds up across parts (w is the driver's business).
-        ent = -rec.dual - 0.5 * wsq
-        dw = tr.w - w
-        out = {"ent": ent, "gap": rec.gap, "seconds": rec.seconds, "epoch": tr.epoch}
-        if keep_dw:
-            self.dw = dw  # collected by a tree of tasks (``_driver._tree_sum``)
+            tr.warm_start(np.asarray(warm_w, dtype=np.float64))
+            w = tr.w.copy()
         else:
-            out["dw"] = _pack(dw)
+            w = np.zeros(problem.n_features + 1)
+        return {"w": _pack(w), "alpha": self._alpha()}
+
+    def measure(self, w, *, checkpoint: bool = False, keep: bool = False) -> dict:
+        """The exact additive pieces of the objective at the global ``w`` and this share's
+        gradient ``r`` (returned, or kept for a reduction tree); ``alpha`` if asked."""
+        t0 = time.perf_counter()
+        w = unpack(w)
+        p = self.trainer.problem
+        r = np.zeros_like(w)
+        sums = np.zeros(3)
+
+        def one(chunk, alpha):
+            sums[:] += _kernels.measure(*_kernels.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
+                                        alpha, w, r)  # fmt: skip
+
+        self._each_chunk(one)
+        self.w_measured, self.r = w, r
+        out = {"loss": sums[0], "ent": sums[1], "gap": sums[2]}
+        if keep:
+            self.kept["r"] = r
+        else:
+            out["r"] = _pack(r)
         if checkpoint:
-            out["alpha"] = np.array(tr.state.alpha)
+            out["alpha"] = self._alpha()
+        out["seconds"] = time.perf_counter() - t0
         return out
 
-    def objective(self, w: np.ndarray) -> tuple[float, float]:
-        """Exact additive pieces at the global ``w``: (sum of C_i-weighted losses, entropy)."""
+    def step(
+        self,
+        g,
+        *,
+        theta: float,
+        gap: float,
+        revert: bool = False,
+        max_passes: int = 10,
+        keep: bool = False,
+    ) -> dict:
+        """Engine passes on this share's subproblem; return ``dw = A_k dalpha``.
+
+        ``revert``: the driver rejected the last measured point; go back to the last accepted
+        one (alpha, ``w``, ``r``) first. Otherwise the measured point is the accepted one and is
+        saved. The view starts at ``w + theta (s r - g)`` (``s = n / n_k``; ``theta = 0`` is
+        plain CoCoA+) and passes run until the subproblem's gap estimate is at most this
+        share's part of the global ``gap`` (``gap / s``), at most ``max_passes`` times.
+        """
+        t0 = time.perf_counter()
         tr = self.trainer
-        tr.w[:] = w
-        primal, dual, _ = tr.exact_objective()
-        half = 0.5 * float(w @ w)
-        return primal - half, -dual - half
+        if revert:
+            if self.saved is None:
+                raise RuntimeError("step(revert=True) before any accepted point")
+            alpha, w, r = self.saved
+            tr.state.write_alpha(0, alpha)
+        else:
+            w, r = self.w_measured, self.r
+            self.saved = (self._alpha(), w, r)
+        s = self.scale
+        view = w + theta * (s * r - unpack(g)) if theta else w.copy()
+        dw = np.zeros_like(w)
+        target = gap / s
+        passes, local_gap = 0, float("nan")
+        while passes < max_passes:
+            tr.w[:] = view
+            rec = tr.run_epoch()
+            # The engine merges its threads' views into view + A_k dalpha (curvature
+            # threads * s); the subproblem's own view moves by s * A_k dalpha.
+            delta = tr.w - view
+            dw += delta
+            view += s * delta
+            passes += 1
+            local_gap = rec.gap
+            if local_gap <= target:
+                break
+        out = {"passes": passes, "local_gap": local_gap,
+               "seconds": time.perf_counter() - t0}  # fmt: skip
+        if keep:
+            self.kept["dw"] = dw
+        else:
+            out["dw"] = _pack(dw)
+        return out
 
     def close(self) -> None:
         if self.trainer is not None:
             self.trainer.close()
             self.trainer = None
+        if self.mode == "stream" and self.source is not None:
+            self.source.close()
+        self.state = None
 
 
-def _pack(dw: np.ndarray):
-    """``dw`` as a dense array, or ``(indices, values, size)`` when that is smaller: a share of
+def _pack(v: np.ndarray):
+    """``v`` as a dense array, or ``(indices, values, size)`` when that is smaller: a share of
     a few rows touches few of 2**20+ hashed features."""
-    nz = np.flatnonzero(dw)
-    if len(nz) * 12 < dw.nbytes:
-        return (nz.astype(np.int32), dw[nz], len(dw))
-    return dw
+    nz = np.flatnonzero(v)
+    if len(nz) * 12 < v.nbytes:
+        return (nz.astype(np.int32), v[nz], len(v))
+    return v
 
 
 def unpack(p) -> np.ndarray:
@@ -158,19 +365,19 @@ def packed_nbytes(p) -> int:
     return sum(a.nbytes for a in p[:2]) if isinstance(p, tuple) else p.nbytes
 
 
-def take_dw(key: str):
-    """Task body pinned to an actor's worker: hand over the ``dw`` its last step kept."""
+def take(key: str, name: str):
+    """Task body pinned to an actor's worker: hand over the vector its last call kept."""
     from distributed import get_worker
 
     part = get_worker().state.actors[key]
-    dw, part.dw = part.dw, None
-    if dw is None:
-        raise RuntimeError(f"actor {key} holds no dw; was step() called with keep_dw=True?")
-    return dw
+    v = part.kept.pop(name, None)
+    if v is None:
+        raise RuntimeError(f"actor {key} holds no kept {name!r}")
+    return v
 
 
 def add(*arrays):
-    """Task body of the reduction tree: the sum of its children's ``dw``."""
+    """Task body of the reduction tree: the sum of its children's vectors."""
     out = arrays[0].copy()
     for a in arrays[1:]:
         out += a
