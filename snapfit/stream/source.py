@@ -35,7 +35,14 @@ import numpy as np
 from snapfit.data.chunk import Chunk
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
-from snapfit.stream.budget import BudgetPlan, _align, chunk_nbytes, plan_budget, temp_dir
+from snapfit.stream.budget import (
+    BudgetPlan,
+    _align,
+    buffers_wanted,
+    chunk_nbytes,
+    plan_budget,
+    temp_dir,
+)
 from snapfit.stream.cache import PieceCache, make_pieces, records_nbytes
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
 from snapfit.stream.direct import ParquetPieces
@@ -45,8 +52,10 @@ log = logging.getLogger("snapfit")
 
 DEFAULT_CHUNK_ROWS = 1 << 16
 DEFAULT_PIECE_ROWS = 1 << 12
-#: The default chunk size is halved down to this when two buffers would not fit the budget.
+#: The default chunk size is halved down to this when two buffers would not fit the budget,
 MIN_CHUNK_ROWS = 1 << 12
+#: and down to this while the budget's pool share holds fewer buffers than wanted.
+MIN_BUFFERED_CHUNK_ROWS = 1 << 14
 #: Free space the cache leaves on the temp disk (other files, the spilled duals).
 DISK_MARGIN = 0.05
 
@@ -72,8 +81,9 @@ class StreamSource:
     n_jobs : int
         Solver threads (their ``w`` views are charged to the budget).
     chunk_rows : int, optional
-        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks, and
-        halved down to 4096 while two chunk buffers would not fit the budget).
+        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks;
+        halved down to 16384 while the budget's pool share holds fewer buffers than
+        ``budget.buffers_wanted``, and down to 4096 while two would not fit at all).
         Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
     piece_rows : int, optional
         Default ``chunk_rows // 16``, at most 4096.
@@ -132,11 +142,16 @@ class StreamSource:
                 self.plan: BudgetPlan = plan_budget(
                     int(budget), max_chunk_bytes=estimate, ingest_bytes=ingest, **plan_args
                 )
-                break
             except ResourceError:
                 if user_rows or chunk_rows // 2 < MIN_CHUNK_ROWS:
                     raise
                 chunk_rows //= 2
+                continue
+            # Smaller chunks rather than fewer buffers (see ``budget.buffers_wanted``).
+            enough = self.plan.n_buffers >= buffers_wanted(n_jobs)
+            if user_rows or enough or chunk_rows // 2 < MIN_BUFFERED_CHUNK_ROWS:
+                break
+            chunk_rows //= 2
         self.chunk_rows_target = chunk_rows
         n_readers = int(max(1, min(n_readers, int(budget) // max(1, ingest))))
         store = PieceCache if self.mode == "cache" else ParquetPieces

@@ -29,3 +29,20 @@ def test_dual_spills_when_it_would_not_fit():
     plan = plan_budget(50 * 10**6, n_features=10, n_jobs=1, n_rows=10**7, max_chunk_bytes=10**6,
                        ingest_bytes=10**6)  # fmt: skip
     assert plan.spill_dual and plan.resident > 0
+
+
+def test_pool_aims_for_four_buffers_per_thread_within_half_of_the_rest():
+    kw = dict(n_features=10, n_jobs=2, n_rows=1000, max_chunk_bytes=10**6)
+    plan = plan_budget(100 * 10**6, **kw)
+    assert plan.n_buffers == 8 and not plan.spill_dual
+    assert plan.resident == 100 * 10**6 - plan.fixed - 8 * 10**6 - 8000
+    small = plan_budget(10 * 10**6, **kw)  # half of what is left holds 4
+    assert small.n_buffers == 4 and small.resident >= 5 * 10**6 - small.fixed - 8000
+
+
+def test_a_chunk_size_asked_for_is_kept(small_parquet):
+    from snapfit.data import Dataset
+    from snapfit.stream import StreamSource
+
+    with StreamSource(Dataset(small_parquet), 3_000_000, n_jobs=2, chunk_rows=4000) as src:
+        assert src.chunk_rows_target == 4000 and src.plan.n_buffers < 8
