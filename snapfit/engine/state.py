@@ -14,12 +14,21 @@ of alpha crept into RSS through the pages at chunk edges and through checkpoints
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tempfile
 
 import numpy as np
 
 from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
+
+
+def temp_prefix(kind: str) -> str:
+    """``snapfit-<kind>-<host>-<pid>-``: names a fit's temp directory by its process, so a
+    later fit can tell the leftovers of a killed one (``snapfit.stream.cache.sweep_stale``)."""
+    host = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
+    return f"snapfit-{kind}-{host}-{os.getpid()}-"
 
 
 class DiskArray:
@@ -123,7 +132,7 @@ class DualState:
             self.sqnorm = np.zeros(m, dtype=np.float32)
         else:
             # Deleted on close; the name exists only while the fit runs.
-            self._spill = tempfile.TemporaryDirectory(prefix="snapfit-dual-", dir=spill_dir)
+            self._spill = tempfile.TemporaryDirectory(prefix=temp_prefix("dual"), dir=spill_dir)
             self.alpha = DiskArray(os.path.join(self._spill.name, "alpha.f64"), n, np.float64)
             self.sqnorm = DiskArray(os.path.join(self._spill.name, "sqnorm.f32"), m, np.float32)
         self.has_sqnorm = np.zeros(len(chunk_rows), dtype=bool)

@@ -28,6 +28,7 @@ Piece record layout (no padding; ``indptr[0] == 0`` is not stored)::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snapfit.engine.state import temp_prefix
 from snapfit.errors import ResourceError
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes, run_readers, where
 
@@ -70,6 +72,47 @@ def make_pieces(rg_rows, piece_rows: int) -> Pieces:
     return Pieces(np.array(rg, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
 
 
+def sweep_stale(directory: str) -> int:
+    """Remove the temp directories of snapfit fits on this host whose process is gone.
+
+    A fit deletes its cache and spilled arrays when it ends, but a killed one (SIGKILL, OOM,
+    power) cannot: its cache (up to ~60 GB at 200M rows) would stay and push the next fit, often
+    the resume of the killed one, off the cache. Directories are named by host and process id
+    (``engine.state.temp_prefix``); only those of this host whose process no longer exists are
+    removed. Returns the bytes freed.
+    """
+    host = temp_prefix("x").split("-")[2]
+    pattern = re.compile(rf"^snapfit-(cache|dual)-{re.escape(host)}-(\d+)-[A-Za-z0-9_]+$")
+    freed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        m = pattern.match(name)
+        if m is None or _alive(int(m.group(2))):
+            continue
+        path = os.path.join(directory, name)
+        for root, _, files in os.walk(path):
+            for f in files:
+                try:
+                    freed += os.stat(os.path.join(root, f)).st_blocks * 512
+                except OSError:
+                    pass
+        shutil.rmtree(path, ignore_errors=True)
+    return freed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
 def records_nbytes(dataset, has_values: bool, has_weight: bool) -> int:
     """Bytes of all piece records of ``dataset`` (the size of a full cache file)."""
     rows = sum(r.n_rows for r in dataset.chunks)
@@ -97,7 +140,7 @@ class PieceStore:
         self.has_values, self.has_weight = file_flags(dataset)
         self.decoder = PieceDecoder(dataset, pieces, self.has_values, self.has_weight)
         self.piece_nnz = np.zeros(len(pieces), np.int64)
-        self._dir = tempfile.mkdtemp(prefix="snapfit-cache-", dir=directory)
+        self._dir = tempfile.mkdtemp(prefix=temp_prefix("cache"), dir=directory)
         self.ingest_seconds = 0.0
 
     def record_nbytes(self, p) -> np.ndarray | int:

@@ -43,7 +43,7 @@ from snapfit.stream.budget import (
     plan_budget,
     temp_dir,
 )
-from snapfit.stream.cache import PieceCache, make_pieces, records_nbytes
+from snapfit.stream.cache import PieceCache, make_pieces, records_nbytes, sweep_stale
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
 from snapfit.stream.direct import ParquetPieces
 from snapfit.stream.prefetch import BufferPool, Prefetcher
@@ -123,6 +123,10 @@ class StreamSource:
         refs = dataset.chunks
         total = sum(r.n_rows for r in refs)
         self._flags = has_values, has_weight = file_flags(dataset)
+        freed = sweep_stale(self.cache_dir)
+        if freed:
+            log.warning("removed %.1f GB left in %s by killed snapfit fits", freed / 1e9,
+                        self.cache_dir)  # fmt: skip
         self.mode = self._pick_mode(mode, records_nbytes(dataset, has_values, has_weight))
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.

@@ -1,6 +1,7 @@
 """Out of core for real, in subprocesses: bounded peak RSS, and SIGKILL mid-run then resume."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,11 +23,12 @@ def big_parquet(tmp_path_factory):
     return str(path)
 
 
-def _run(code: str, *args, wait=True):
+def _run(code: str, *args, wait=True, env=None):
     cmd = [sys.executable, "-c", textwrap.dedent(code), *map(str, args)]
+    env = None if env is None else {**os.environ, **env}
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -96,15 +98,19 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(big_parquet, tmp_pat
 
     from snapfit.engine.checkpoint import MAGIC
 
-    ckpt = tmp_path / "ckpt"
+    ckpt, temp = tmp_path / "ckpt", tmp_path / "temp"
+    temp.mkdir()
+    env = {"SNAPFIT_TMPDIR": str(temp)}
     epochs = 8
-    _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy", 0)
-    proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", 4, wait=False)
+    _run(FIT, big_parquet, BUDGET, "", epochs, tmp_path / "ref.npy", 0, env=env)
+    proc = _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "x.npy", 4, wait=False, env=env)
     proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, "the run was not killed"
     assert not (tmp_path / "x.npy").exists()
+    assert any(p.name.startswith("snapfit-cache-") for p in temp.iterdir())  # left behind
     raw = (ckpt / "checkpoint.snapfit").read_bytes()
     (n,) = struct.unpack("<Q", raw[len(MAGIC) : len(MAGIC) + 8])
     assert json.loads(raw[len(MAGIC) + 8 : len(MAGIC) + 8 + n])["epoch"] == 4
-    _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "resumed.npy", 0)
+    _run(FIT, big_parquet, BUDGET, ckpt, epochs, tmp_path / "resumed.npy", 0, env=env)
     assert np.array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "ref.npy"))
+    assert not list(temp.iterdir())  # the resumed fit removed the killed one's cache, then its own

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from snapfit.errors import ResourceError
@@ -46,3 +48,23 @@ def test_a_chunk_size_asked_for_is_kept(small_parquet):
 
     with StreamSource(Dataset(small_parquet), 3_000_000, n_jobs=2, chunk_rows=4000) as src:
         assert src.chunk_rows_target == 4000 and src.plan.n_buffers < 8
+
+
+def test_sweep_removes_only_dead_processes_dirs(tmp_path):
+    import subprocess
+    import sys
+
+    from snapfit.engine.state import temp_prefix
+    from snapfit.stream.cache import sweep_stale
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    mine = temp_prefix("cache")
+    stale = tmp_path / (mine.replace(f"-{os.getpid()}-", f"-{dead}-") + "abc123")
+    live = tmp_path / (mine + "xyz_9")
+    other = tmp_path / "snapfit-cache-otherhost-1-abc"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "pieces.bin").write_bytes(b"x" * 8192)
+    assert sweep_stale(str(tmp_path)) >= 8192
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
