@@ -1,7 +1,8 @@
 """The cluster door: distributed equals local, placement, dask collections, a lost worker.
 
-One LocalCluster of 2 worker processes serves the module; the kill test starts its own, since
-it kills a worker. Every test runs under an alarm so that a hang fails instead of blocking CI.
+One warmed-up LocalCluster of 2 worker processes serves the module (the kill test, last, kills
+one of them; a test after it would wait for the nanny's replacement and warm it up). Every test
+runs under an alarm so that a hang fails instead of blocking CI.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from snapfit.dask import (  # noqa: E402
     DaskLogisticRegression,
     FitTimeoutError,
     balance,
+    warm_up,
 )
 from snapfit.dask._driver import wait_all  # noqa: E402
 from snapfit.data import Dataset, write_parquet  # noqa: E402
+from snapfit.errors import ResourceError  # noqa: E402
 
 C = 0.1
 
@@ -39,6 +42,13 @@ def _sparse_problem(n=20000, d=4096, nnz=12, seed=0):
     )
     y = (X @ rng.normal(size=d) + rng.logistic(size=n) > 0).astype(np.int8)
     return X, y
+
+
+def _cluster():
+    return distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB",
+        dashboard_address=None,
+    )  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -64,22 +74,59 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def criteo(tmp_path_factory):
+    """3000 Criteo-like rows: dense integer fields shared by every row, hashed categoricals."""
+    from snapfit.datasets.criteo_like import make_criteo_like_parquet
+
+    path = tmp_path_factory.mktemp("dask") / "criteo.parquet"
+    make_criteo_like_parquet(path, 3000, seed=0, hash_bits=16, row_group_rows=500)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
 def local(data):
     path, _, _ = data
     return LogisticRegression(C=C, tol=1e-10, max_iter=300, random_state=0).fit(path)
 
 
 @pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB",
-        dashboard_address=None,
-    ) as cluster, distributed.Client(cluster) as c:  # fmt: skip
-        yield c
+def cluster_client():
+    with _cluster() as cluster, distributed.Client(cluster) as c:
+        warmed = set(warm_up(c))
+        yield c, warmed
+
+
+@pytest.fixture
+def client(cluster_client):
+    """The module's client with 2 workers, both warmed up (imports and kernels loaded)."""
+    c, warmed = cluster_client
+    c.wait_for_workers(2, timeout=120)
+    if set(c.scheduler_info()["workers"]) - warmed:
+        warmed |= set(warm_up(c))
+    return c
 
 
 def _rel(a, b):
     return abs(a - b) / abs(b)
+
+
+def _w_of_alpha(path, alpha, c_pos, c_neg, bias=1.0):
+    """``sum_i a_i y_i x_i`` (intercept weight last) from the data and packed alpha, in numpy."""
+    ds = Dataset(path)
+    w, off = np.zeros(ds.n_features + 1), 0
+    for chunk in ds.iter_chunks():
+        n = chunk.n_rows
+        s = alpha[off : off + n]
+        c = np.where(chunk.y > 0, c_pos, c_neg)
+        a = np.where(s >= 0, s, c + s)  # unpacked (see snapfit.solvers.dual)
+        X = sp.csr_matrix(
+            (np.ones(chunk.nnz) if chunk.values is None else chunk.values, chunk.indices,
+             chunk.indptr), shape=(n, ds.n_features),
+        )  # fmt: skip
+        w[:-1] += X.T @ (a * chunk.y)
+        w[-1] += bias * float(a @ chunk.y)
+        off += n
+    return w
 
 
 def test_dask_classes_and_sklearn_equivalents():
@@ -102,14 +149,21 @@ def test_balance_by_nnz():
     assert balance({0: 4, 5: 3}, ["a", "b"], start={"a": [0]}) == {"a": [0], "b": [5]}
 
 
-def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local):
+def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local, monkeypatch):
     path, _, _ = data
-    est = DaskLogisticRegression(client=client, C=C, tol=1e-7, max_iter=400, random_state=0)
-    est.fit(path)
-    p_local = local.history_[-1]["primal"]
-    assert est.history_[-1]["exact"]
-    assert _rel(est.history_[-1]["primal"], p_local) <= 1e-6
-    np.testing.assert_allclose(est.coef_, local.coef_, atol=2e-3)
+
+    def no_reading(self, *args, **kwargs):
+        raise AssertionError("the client read training data")
+
+    with monkeypatch.context() as m:  # in this (the client's) process only: footers, no rows
+        for name in ("read_chunk", "iter_chunks", "label_counts"):
+            m.setattr(Dataset, name, no_reading)
+        est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0)
+        est.fit(path)
+    last = est.history_[-1]
+    assert last["exact"] and last["rel_gap"] <= 1e-8  # stopped on the exact global gap
+    assert _rel(last["primal"], local.history_[-1]["primal"]) <= 1e-6
+    np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-3)
     # every worker read exactly the row groups it was given, and together all of them once
     refs = Dataset(path).chunks
     parts = [p for p in est.parts_ if p["generation"] == 0]
@@ -117,10 +171,15 @@ def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local)
     seen = []
     for p in parts:
         assert p["read"] == [(refs[k].file, refs[k].row_group) for k in p["ids"]]
+        assert p["mode"] == "resident"
         seen += p["read"]
     assert sorted(seen) == sorted((r.file, r.row_group) for r in refs)
-    h = est.history_[0]
-    assert h["n_workers"] == 2 and h["bytes_sent"] > 0 and h["bytes_received"] > 0
+    # balanced by nnz (equal rows of equal nnz here: 4 row groups each)
+    assert [len(p["ids"]) for p in parts] == [4, 4]
+    # per-round history: seconds, bytes both ways, the exact gap
+    for h in est.history_:
+        assert h["n_workers"] == 2 and h["seconds"] > 0
+        assert h["bytes_sent"] > 0 and h["bytes_received"] > 0
     # to_local: the plain estimator with the same coefficients
     loc = est.to_local()
     assert type(loc) is LogisticRegression
@@ -132,14 +191,39 @@ def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local)
     np.testing.assert_allclose(proba.compute(), loc.predict_proba(data[1]), atol=1e-12)
 
 
+def test_criteo_like_two_workers_reach_the_single_process_optimum(client, criteo):
+    """Dense fields shared by every row couple the workers' dual variables: plain CoCoA+ stalled
+    near 1e-3 here (fixed shares); the corrected rounds reach the optimum in a few dozen."""
+    ref = LogisticRegression(C=C, tol=1e-10, max_iter=500, random_state=0).fit(criteo)
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=60, random_state=0)
+    est.fit(criteo)
+    assert est.history_[-1]["rel_gap"] <= 1e-8
+    assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
+    assert len(est.history_) <= 40
+    # w is exactly w(alpha) over both workers' rows (alpha: the final round's checkpoint)
+    w = np.r_[est.coef_.ravel(), est.intercept_]
+    np.testing.assert_allclose(w, _w_of_alpha(criteo, est._alpha, C, C), rtol=0, atol=1e-10)
+
+
+def test_memory_budget_applies_on_the_workers(client, data, local):
+    """A budget below the resident peak of a worker's share: the share is streamed by the
+    out-of-core engine on that worker, and the fit reaches the same optimum."""
+    path, _, _ = data
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0,
+                                 memory_budget=1_300_000)  # fmt: skip
+    est.fit(path)
+    assert {p["mode"] for p in est.parts_} == {"stream"}
+    assert _rel(est.history_[-1]["primal"], local.history_[-1]["primal"]) <= 1e-6
+
+
 def test_dask_array_fit_and_predict(client):
     X, y = _sparse_problem(n=4000, d=256, nnz=8, seed=1)
     Xd = X.toarray()
     labels = np.where(y > 0, "yes", "no")
     dX = da.from_array(Xd, chunks=(1000, 256))
     dy = da.from_array(labels, chunks=1000)
-    est = DaskLogisticRegression(client=client, C=C, tol=1e-7, max_iter=400, random_state=0)
-    est.fit(dX, dy)
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0)
+    est.fit(dX, dy, tree_above=1)  # dw and gradients summed by a tree of tasks
     ref = LogisticRegression(C=C, tol=1e-10, max_iter=300).fit(Xd, labels)
     assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
     assert list(est.classes_) == ["no", "yes"]
@@ -150,12 +234,20 @@ def test_dask_array_fit_and_predict(client):
     assert reads == [0, 1, 2, 3]
 
 
+def test_gpu_on_workers_without_one_is_a_clear_error(client, data):
+    est = DaskLogisticRegression(client=client, device="gpu")
+    with pytest.raises(ResourceError, match="no usable GPU") as e:
+        est.fit(data[0])
+    for addr in client.scheduler_info()["workers"]:
+        assert addr in str(e.value)
+
+
 def test_two_fits_on_one_cluster_do_not_collide(client, data):
     path, _, _ = data
     out = {}
 
     def run(name, c):
-        est = DaskLogisticRegression(client=client, C=c, tol=1e-4, max_iter=100, random_state=0)
+        est = DaskLogisticRegression(client=client, C=c, tol=1e-6, max_iter=100, random_state=0)
         out[name] = est.fit(path)
 
     threads = [threading.Thread(target=run, args=(n, c)) for n, c in (("a", 0.1), ("b", 1.0))]
@@ -165,50 +257,57 @@ def test_two_fits_on_one_cluster_do_not_collide(client, data):
         t.join(timeout=200)
     assert set(out) == {"a", "b"}
     ref_b = LogisticRegression(C=1.0, tol=1e-8, max_iter=300).fit(path)
-    assert _rel(out["b"].history_[-1]["primal"], ref_b.history_[-1]["primal"]) < 1e-3
+    assert _rel(out["b"].history_[-1]["primal"], ref_b.history_[-1]["primal"]) < 1e-5
     assert out["a"].history_[-1]["primal"] < out["b"].history_[-1]["primal"]
 
 
 def test_waits_end_in_a_clear_error(client):
-    fut = client.submit(time.sleep, 30, pure=False)
-    addr = next(iter(client.scheduler_info()["workers"]))
-    with pytest.raises(FitTimeoutError, match="did not finish within"):
+    addr = sorted(client.scheduler_info()["workers"])[0]
+    fut = client.submit(time.sleep, 2, pure=False, workers=[addr])
+    with pytest.raises(FitTimeoutError, match="did not finish within 0.5 s on worker"):
         wait_all(client, {addr: fut}, timeout=0.5, what="sleeping")
-    fut.cancel()
+    fut.result()  # a running task cannot be cancelled: leave the worker's thread free
 
 
-def test_fit_survives_a_killed_worker(data):
+def test_fit_survives_a_killed_worker(client, tmp_path):
     """A worker process dies in round 2: its row groups move to the survivor, every part rolls
-    back to the last checkpoint, and the fit reaches the undisturbed objective."""
-    path, _, _ = data
-    params = dict(C=C, tol=1e-7, max_iter=400, random_state=0)
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB",
-        dashboard_address=None,
-    ) as cluster, distributed.Client(cluster) as c:  # fmt: skip
+    back to the last checkpoint, and the fit reaches the undisturbed objective in at most twice
+    the undisturbed time (the median of three fits on the same warmed-up cluster)."""
+    from snapfit.datasets.criteo_like import make_criteo_like_parquet
+
+    path = str(tmp_path / "criteo.parquet")
+    make_criteo_like_parquet(path, 12000, seed=1, hash_bits=16, row_group_rows=1500)
+    n_groups = len(Dataset(path).chunks)
+    params = dict(C=C, tol=1e-8, max_iter=200, random_state=0)
+    c = client
+    calm_s = []
+    for _ in range(3):
         t0 = time.perf_counter()
         calm = DaskLogisticRegression(client=c, **params).fit(path)
-        calm_s = time.perf_counter() - t0
-        victim = {}
+        calm_s.append(time.perf_counter() - t0)
+    victim = {}
 
-        def kill_in_round_2(rec):
-            if rec["epoch"] == 2 and not victim:
-                victim["addr"] = addr = sorted(c.scheduler_info()["workers"])[0]
-                victim["pid"] = c.run(os.getpid, workers=[addr])[addr]
-                os.kill(victim["pid"], signal.SIGKILL)
+    def kill_in_round_2(rec):
+        if rec["epoch"] == 2 and not victim:
+            victim["addr"] = addr = sorted(c.scheduler_info()["workers"])[0]
+            victim["pid"] = c.run(os.getpid, workers=[addr])[addr]
+            os.kill(victim["pid"], signal.SIGKILL)
 
-        t0 = time.perf_counter()
-        hit = DaskLogisticRegression(client=c, **params).fit(path, on_round=kill_in_round_2)
-        hit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    hit = DaskLogisticRegression(client=c, **params).fit(path, on_round=kill_in_round_2)
+    hit_s = time.perf_counter() - t0
     assert victim
     events = [h["event"] for h in hit.history_ if h.get("event")]
     assert len(events) == 1 and victim["addr"] in events[0]
+    assert hit.history_[-1]["rel_gap"] <= 1e-8
     assert _rel(hit.history_[-1]["primal"], calm.history_[-1]["primal"]) <= 1e-6
     survivor = [p for p in hit.parts_ if p["generation"] == 1]
     assert len(survivor) == 1 and survivor[0]["address"] != victim["addr"]
-    assert sorted(survivor[0]["ids"]) == list(range(len(Dataset(path).chunks)))
+    assert sorted(survivor[0]["ids"]) == list(range(n_groups))
     # the survivor kept its own row groups resident and read only the lost ones
     first = next(p for p in hit.parts_ if p["address"] == survivor[0]["address"])
     assert not set(survivor[0]["read"]) & set(first["read"])
-    print(f"undisturbed {calm_s:.2f} s, with a killed worker {hit_s:.2f} s")
-    assert hit_s <= 2.0 * calm_s + 2.0  # + 2 s: the machine is shared, timings are noisy
+    assert len(survivor[0]["read"]) == n_groups - len(first["read"])
+    calm_median = sorted(calm_s)[1]
+    print(f"undisturbed {calm_median:.2f} s (median of 3), with a killed worker {hit_s:.2f} s")
+    assert hit_s <= 2.0 * calm_median

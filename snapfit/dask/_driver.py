@@ -355,7 +355,7 @@ class Fit:
     the last accepted one is rejected: the next round starts again from the accepted point
     (the parts saved it) with ``theta`` divided by 4; accepted rounds double ``theta`` up to 1.
     ``theta = 0`` (plain CoCoA+, reached when ``theta`` falls below ``THETA_MIN``) is always
-    accepted, since its steps alone converge.
+    accepted, since its steps alone converge, and so are the rounds of a single part.
     """
 
     def __init__(self, rd: _Round, base: Problem, *, checkpoint_every: int, max_passes: int,
@@ -397,7 +397,9 @@ class Fit:
         due = r - self.ckpt_round >= self.checkpoint_every
         m = self.rd.measure(w, r=r, checkpoint=due)
         self.rounds = r
-        accepted = bool(theta == 0.0 or m["gap"] <= self.acc["gap"])
+        # One part has no correction (s = 1, r = g): its rounds are the engine's, never undone.
+        alone = len(self.rd.actors) == 1
+        accepted = bool(theta == 0.0 or alone or m["gap"] <= self.acc["gap"])
         if accepted:
             self.w, self.acc, self.revert = w, m, False
             if "alpha" in m:
