@@ -32,13 +32,14 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 # Row counts of the sets; ``target_budget_s``: seconds of fits a swept system's search may spend
 # without reaching the target before it is reported as "not reached in that budget". Quick mode
-# (~7 min on an idle 2-core machine, data included): lbfgs and VW cost ~the same per set whatever
-# its rows (their per-iteration work is dominated by the 2^20-feature vectors), liblinear's fits
-# grow faster than linearly with max_iter (~100 s per fit at 500k rows), hence its budget.
+# aims at well under 10 min on 2 cores, data included: lbfgs and VW cost about the same per set
+# whatever its rows (their per-iteration work is dominated by the 2^20-feature vectors: scipy's
+# L-BFGS-B update, VW's weight array), and liblinear's fits grow faster than linearly with
+# max_iter (~100 s per fit at 500k rows), hence its search budget.
 MODES = {
     "quick": {
         "agree": ("tiny", 5_000),
-        "table": [("criteo-like", 50_000), ("criteo-tsv", 50_000), ("onehot-svm", 50_000)],
+        "table": [("criteo-like", 50_000), ("criteo-tsv", 25_000), ("onehot-svm", 25_000)],
         "target": ("criteo-like", 250_000),
         "target_budget_s": {"snapml-1": 90.0, "snapml-2": 90.0, "liblinear": 60.0},
     },

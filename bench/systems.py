@@ -284,9 +284,9 @@ def next_probe(points: dict, target: float, optimum: float, cap: int) -> int | N
     The test log loss excess over the optimum falls roughly geometrically in ``k``: before the
     first hit, the last two probes are extrapolated to where the excess reaches the target
     (overshooting by 15 %, at most doubling); once a miss ``lo`` and a hit ``hi`` bracket it,
-    the excess is interpolated in log when both are positive, every other step (and otherwise)
-    a bisection, so a bad model of the curve costs at most a factor two. Assumes the log loss
-    falls with ``k`` (true here past the first few epochs)."""
+    the excess is interpolated in log when both are positive (each step cutting at least an
+    eighth off the bracket), else bisected. Assumes the log loss falls with ``k`` (true here
+    past the first few epochs)."""
     delta = target - optimum
     hits = sorted(k for k, (_, ll) in points.items() if ll <= target)
     misses = sorted(k for k, (_, ll) in points.items() if ll > target)
@@ -308,10 +308,12 @@ def next_probe(points: dict, target: float, optimum: float, cap: int) -> int | N
     if hi - lo <= 1:
         return None
     e_lo, e_hi = (points[lo][1] - optimum if lo else 0.0), points[hi][1] - optimum
-    if lo == 0 or e_hi <= 0 or len(points) % 2 == 0:
+    if lo == 0 or e_hi <= 0:
         return (lo + hi) // 2
     est = lo + (hi - lo) * np.log(e_lo / delta) / np.log(e_lo / e_hi)
-    return int(min(max(np.ceil(est), lo + 1), hi - 1))
+    # Each step cuts at least an eighth off the bracket, so a poor model still converges.
+    margin = (hi - lo) // 8
+    return int(min(max(np.ceil(est), lo + 1 + margin), hi - 1 - margin))
 
 
 def predict_s(points: dict, k: int) -> float:
