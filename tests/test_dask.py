@@ -220,11 +220,12 @@ def test_dask_array_fit_and_predict(client):
     X, y = _sparse_problem(n=4000, d=256, nnz=8, seed=1)
     Xd = X.toarray()
     labels = np.where(y > 0, "yes", "no")
+    sw = np.random.default_rng(2).uniform(0.5, 2.0, len(y))
     dX = da.from_array(Xd, chunks=(1000, 256))
     dy = da.from_array(labels, chunks=1000)
     est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0)
-    est.fit(dX, dy, tree_above=1)  # dw and gradients summed by a tree of tasks
-    ref = LogisticRegression(C=C, tol=1e-10, max_iter=300).fit(Xd, labels)
+    est.fit(dX, dy, sample_weight=da.from_array(sw, chunks=1000), tree_above=1)  # tree sums
+    ref = LogisticRegression(C=C, tol=1e-10, max_iter=300).fit(Xd, labels, sample_weight=sw)
     assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
     assert list(est.classes_) == ["no", "yes"]
     pred = est.predict(dX)
@@ -232,6 +233,27 @@ def test_dask_array_fit_and_predict(client):
     assert (pred.compute() == ref.predict(Xd)).mean() > 0.999
     reads = sorted(k for p in est.parts_ for k in p["read"])
     assert reads == [0, 1, 2, 3]
+
+
+def test_cli_trains_on_a_running_scheduler(client, data, local, tmp_path):
+    """``snapfit train DATA --scheduler tcp://...``: the model matches the local optimum."""
+    import json
+
+    from click.testing import CliRunner
+
+    import snapfit
+    from snapfit.cli import cli
+
+    path, X, _ = data
+    out, doc = tmp_path / "m.npz", tmp_path / "train.json"
+    res = CliRunner().invoke(cli, ["train", path, "--out", str(out), "--C", str(C), "--tol",
+                                   "1e-8", "--scheduler", client.scheduler.address,
+                                   "--json", str(doc), "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    hist = json.loads(doc.read_text())["history"]
+    assert hist[-1]["rel_gap"] <= 1e-8 and hist[-1]["n_workers"] == 2
+    assert _rel(hist[-1]["primal"], local.history_[-1]["primal"]) <= 1e-6
+    np.testing.assert_allclose(snapfit.load(out).coef_, local.coef_, atol=1e-3)
 
 
 def test_gpu_on_workers_without_one_is_a_clear_error(client, data):
