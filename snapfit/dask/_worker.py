@@ -132,8 +132,7 @@ class Part:
     # -- data ------------------------------------------------------------------------------
     def _keep_resident(self, chunks: list[Chunk]) -> None:
         self.rows = [c.n_rows for c in chunks]
-        self.chunk = concat_chunks(chunks)
-        self.source = InMemorySource([self.chunk], 0)
+        self.chunk = concat_chunks(chunks)  # its source is made by start(), with n_features
 
     def _open_parquet(self, dataset, kept, n_jobs, memory_budget, chunk_rows) -> None:
         from snapfit.stream.choose import resident_peak_nbytes
