@@ -426,6 +426,7 @@ def _warm_worker() -> float:
     from snapfit.dask import _kernels
     from snapfit.data.chunk import Chunk
     from snapfit.engine import InMemorySource, Problem, Trainer
+    from snapfit.solvers import cpu
 
     indptr = np.arange(0, 9, 2, dtype=np.int64)
     chunk = Chunk(indptr, np.array([0, 1, 1, 2, 0, 2, 1, 3], np.int32),
@@ -434,9 +435,9 @@ def _warm_worker() -> float:
     try:
         tr.run_epoch()
         r = np.zeros(5)
-        args = (*_kernels.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
+        args = (*cpu.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
         _kernels.measure(*args, tr.w, r)
-        _kernels.accumulate(*args, r)
+        cpu.accumulate_w(*args, r)
     finally:
         tr.close()
     return time.perf_counter() - t0

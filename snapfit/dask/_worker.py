@@ -30,6 +30,7 @@ from snapfit.dask import _kernels
 from snapfit.data.chunk import Chunk
 from snapfit.engine import InMemorySource, Problem, Trainer
 from snapfit.engine.source import concat_chunks
+from snapfit.solvers import cpu
 
 #: Bytes per row a part keeps besides the engine's own: the saved alpha of the accepted point.
 EXTRA_BYTES_PER_ROW = 8
@@ -214,8 +215,8 @@ class Part:
     def _w_of_alpha(self) -> np.ndarray:
         p = self.trainer.problem
         out = np.zeros(p.n_features + 1)
-        self._each_chunk(lambda c, a: _kernels.accumulate(*_kernels.chunk_args(c), p.c_pos,
-                                                          p.c_neg, p.bias, a, out))  # fmt: skip
+        self._each_chunk(lambda c, a: cpu.accumulate_w(*cpu.chunk_args(c), p.c_pos, p.c_neg,
+                                                       p.bias, a, out))  # fmt: skip
         return out
 
     # -- the fit ---------------------------------------------------------------------------
@@ -265,7 +266,7 @@ class Part:
         sums = np.zeros(3)
 
         def one(chunk, alpha):
-            sums[:] += _kernels.measure(*_kernels.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
+            sums[:] += _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
                                         alpha, w, r)  # fmt: skip
 
         self._each_chunk(one)

@@ -37,20 +37,6 @@ class FitResult:
     alpha: np.ndarray | None = None  # packed dual variables of all rows, in chunk order
 
 
-def _chunk_args(chunk):
-    values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
-    weight = chunk.weight if chunk.weight is not None else cpu.EMPTY_F32
-    return (
-        chunk.indptr,
-        chunk.indices,
-        values,
-        chunk.values is not None,
-        chunk.y,
-        weight,
-        chunk.weight is not None,
-    )
-
-
 def _item_rows(item: Item, n_rows: int, problem: Problem, epoch: int) -> np.ndarray:
     """This item's rows, in the order derived from (seed, epoch, chunk) alone."""
     rows = row_order(n_rows, problem.bucket_rows, [problem.seed, epoch, item.k])
@@ -90,7 +76,7 @@ class Trainer:
         sq = self.state.sqnorm_of(item.k, chunk)
         rows = _item_rows(item, chunk.n_rows, p, self.epoch)
         gap, ent = cpu.cd_pass(
-            *_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.views[t], rows,
+            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.views[t], rows,
             self.sigma,
         )  # fmt: skip
         return gap, ent
@@ -98,13 +84,13 @@ class Trainer:
     def _objective_item(self, t: int, item: Item, chunk):
         p = self.problem
         alpha = self.state.alpha_of(item.k)
-        return cpu.chunk_objective(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.w)
+        return cpu.chunk_objective(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.w)
 
     def _warm_item(self, t: int, item: Item, chunk):
         p = self.problem
         alpha = self.state.alpha_of(item.k)
-        cpu.alpha_from_margins(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, self._warm, alpha)
-        cpu.accumulate_w(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
+        cpu.alpha_from_margins(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, self._warm, alpha)
+        cpu.accumulate_w(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
 
     def _whole_chunks(self) -> tuple[list[int], list[list[Item]]]:
         """Every chunk once and whole, dealt round-robin to threads, for whole-data passes."""
@@ -140,7 +126,7 @@ class Trainer:
     def _accumulate_item(self, t: int, item: Item, chunk):
         p = self.problem
         alpha = self.state.alpha_of(item.k)
-        cpu.accumulate_w(*_chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
+        cpu.accumulate_w(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.views[t])
 
     def warm_start_alpha(self, alpha: np.ndarray) -> None:
         """Start from given packed dual variables (all rows, chunk order); ``w = w(alpha)``."""

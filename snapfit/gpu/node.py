@@ -38,22 +38,6 @@ class PieceItem(Item):
     hi: int = 0
 
 
-def chunk_args(chunk, lo: int = 0, hi: int | None = None) -> tuple:
-    """The CPU kernels' chunk arguments for rows ``[lo, hi)``, as views (no copy)."""
-    hi = chunk.n_rows if hi is None else hi
-    values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
-    weight = chunk.weight[lo:hi] if chunk.weight is not None else cpu.EMPTY_F32
-    return (
-        chunk.indptr[lo : hi + 1],
-        chunk.indices,
-        values,
-        chunk.values is not None,
-        chunk.y[lo:hi],
-        weight,
-        chunk.weight is not None,
-    )
-
-
 class HeteroTrainer:
     """The GPU plus ``n_cpu`` CPU threads (default ``problem.n_jobs - 1``, at least 0).
 
@@ -138,7 +122,7 @@ class HeteroTrainer:
         else:
             p = self.problem
             result = cpu.cd_pass(
-                *chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.cpu_views[t - 1],
+                *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sq, alpha, self.cpu_views[t - 1],
                 self._rows(it, False), self.sigma,
             )  # fmt: skip
         self._busy[t] += time.perf_counter() - t0
@@ -153,7 +137,7 @@ class HeteroTrainer:
             return None
         p = self.problem
         return cpu.chunk_objective(
-            *chunk_args(chunk, it.lo, it.hi), p.c_pos, p.c_neg, p.bias, alpha[it.lo : it.hi],
+            *cpu.chunk_args(chunk, it.lo, it.hi), p.c_pos, p.c_neg, p.bias, alpha[it.lo : it.hi],
             self.w,
         )  # fmt: skip
 
@@ -242,8 +226,8 @@ class HeteroTrainer:
         for k, chunk in self.source.epoch(range(self.source.n_chunks)):
             alpha = self.state.alpha_of(k)
             self.gpu.release_alpha(k, alpha)
-            cpu.alpha_from_margins(*chunk_args(chunk), p.c_pos, p.c_neg, p.bias, w0, alpha)
-            cpu.accumulate_w(*chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.w)
+            cpu.alpha_from_margins(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, w0, alpha)
+            cpu.accumulate_w(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, self.w)
             getattr(self.source, "release", lambda k: None)(k)
 
     def sync_alpha(self) -> None:

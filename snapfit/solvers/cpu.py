@@ -321,3 +321,20 @@ def decision_function(indptr, indices, values, has_values, coef, intercept, out)
 
 
 EMPTY_F32 = np.zeros(0, dtype=np.float32)
+
+
+def chunk_args(chunk, lo: int = 0, hi: int | None = None) -> tuple:
+    """A chunk's rows ``[lo, hi)`` as every kernel takes them: ``indptr, indices, values,
+    has_values, y, weight, has_weight`` (views, no copy; absent arrays as empty ones)."""
+    hi = chunk.n_rows if hi is None else hi
+    values = chunk.values if chunk.values is not None else EMPTY_F32
+    weight = chunk.weight[lo:hi] if chunk.weight is not None else EMPTY_F32
+    return (
+        chunk.indptr[lo : hi + 1],
+        chunk.indices,
+        values,
+        chunk.values is not None,
+        chunk.y[lo:hi],
+        weight,
+        chunk.weight is not None,
+    )
