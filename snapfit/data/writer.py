@@ -18,8 +18,12 @@ import pyarrow.parquet as pq
 
 from snapfit.data.schema import (
     DEFAULT_ROW_GROUP_ROWS,
+    INDICES,
     KEY_N_FEATURES,
     KEY_ROW_GROUP_NNZ,
+    LABEL,
+    VALUES,
+    WEIGHT,
     arrow_schema,
     encode_metadata,
 )
@@ -67,6 +71,70 @@ def atomic_output(output):
         raise
 
 
+class _GroupBuffer:
+    """One row group being filled: CSR arrays with room for ``rows`` rows, reused group after
+    group (no fresh allocation, no page faults, no concatenation per group)."""
+
+    def __init__(self, rows: int, schema: pa.Schema):
+        self.ptr = np.zeros(rows + 1, dtype=np.int32)
+        self.indices = np.empty(0, dtype=np.int32)
+        self.values = np.empty(0, dtype=np.float32) if VALUES in schema.names else None
+        self.labels = None
+        if LABEL in schema.names:
+            self.labels = np.empty(rows, dtype=schema.field(LABEL).type.to_pandas_dtype())
+        self.weight = np.empty(rows, dtype=np.float32) if WEIGHT in schema.names else None
+        self.rows = self.nnz = 0
+
+    def reserve(self, nnz: int) -> None:
+        """Room for ``nnz`` entries in all, keeping the ones stored."""
+        if nnz <= len(self.indices):
+            return
+        size = max(nnz, len(self.indices) * 3 // 2)
+        for name in ("indices", "values"):
+            old = getattr(self, name)
+            if old is not None:
+                new = np.empty(size, dtype=old.dtype)
+                new[: self.nnz] = old[: self.nnz]
+                setattr(self, name, new)
+
+    def add(self, indptr, indices, values, labels, weight, a: int, b: int) -> None:
+        """Copy rows ``a:b`` of a CSR block (any index and value dtypes) to the end."""
+        lo, hi = int(indptr[a]), int(indptr[b])
+        r, z = self.rows, self.nnz
+        if z + hi - lo >= 2**31:
+            raise DataError(
+                f"a row group of more than {r} rows holds more than 2**31 - 1 nnz, more than "
+                "int32 list offsets allow; pass a smaller row_group_rows."
+            )
+        self.reserve(z + hi - lo)
+        np.subtract(
+            indptr[a + 1 : b + 1], lo - z, out=self.ptr[r + 1 : r + 1 + b - a], casting="unsafe"
+        )
+        self.indices[z : z + hi - lo] = indices[lo:hi]
+        if self.values is not None:
+            self.values[z : z + hi - lo] = values[lo:hi]
+        if self.labels is not None:
+            self.labels[r : r + b - a] = labels[a:b]
+        if self.weight is not None:
+            self.weight[r : r + b - a] = weight[a:b]
+        self.rows, self.nnz = r + b - a, z + hi - lo
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        """The rows stored, as a table over the buffers (no copy)."""
+        n, z = self.rows, self.nnz
+        offsets = pa.array(self.ptr[: n + 1])
+        cols = []
+        for field in schema:
+            if field.name == LABEL:
+                cols.append(pa.array(self.labels[:n]))
+            elif field.name in (INDICES, VALUES):
+                flat = self.indices if field.name == INDICES else self.values
+                cols.append(pa.ListArray.from_arrays(offsets, pa.array(flat[:z]), type=field.type))
+            else:
+                cols.append(pa.array(self.weight[:n]))
+        return pa.Table.from_arrays(cols, schema=schema)
+
+
 class ChunkWriter:
     """Append CSR blocks of any size; write row groups of exactly ``row_group_rows`` rows.
 
@@ -84,6 +152,10 @@ class ChunkWriter:
         Rows per row group, i.e. per chunk.
     provenance : dict, optional
         Stored as ``snapfit.<key>`` metadata (source, hash_bits, transform, ...).
+
+    Rows are copied into one of two reused row-group buffers as they are appended; a full
+    group is encoded on a background thread while the other buffer fills, so memory stays at
+    about two row groups and the caller's arrays may be reused as soon as ``append`` returns.
     """
 
     def __init__(
@@ -112,8 +184,8 @@ class ChunkWriter:
         self._provenance = provenance
         opts = dict(PARQUET_OPTIONS, **(parquet_options or {}))
         self._writer = pq.ParquetWriter(path, self.schema, **opts)
-        self._pending: list[tuple] = []
-        self._pending_rows = 0
+        self._buffers: list[_GroupBuffer] = []
+        self._filling: _GroupBuffer | None = None
         self.row_group_nnz: list[int] = []
         self.n_rows = 0
         self._pool = ThreadPoolExecutor(max_workers=1)
@@ -124,76 +196,45 @@ class ChunkWriter:
             done, self._inflight = self._inflight, None
             done.result()
 
+    def _buffer(self) -> _GroupBuffer:
+        """The buffer being filled: a new one for the first two groups, then the one of two
+        groups back, whose write finished before the last group was handed over."""
+        if self._filling is None:
+            if len(self._buffers) < 2:
+                self._buffers.append(_GroupBuffer(self.row_group_rows, self.schema))
+            self._filling = self._buffers[len(self.row_group_nnz) % 2]
+            self._filling.rows = self._filling.nnz = 0
+        return self._filling
+
     def append(self, indptr, indices, values=None, labels=None, weight=None) -> None:
-        """Buffer rows (CSR arrays; indptr may start anywhere); flush every full row group."""
-        indptr = np.asarray(indptr, dtype=np.int64)
-        lo, hi = int(indptr[0]), int(indptr[-1])
-        self._pending.append(
-            (
-                indptr - lo,
-                np.asarray(indices)[lo:hi],
-                None if values is None else np.asarray(values)[lo:hi],
-                labels,
-                weight,
-            )
-        )
-        self._pending_rows += len(indptr) - 1
-        while self._pending_rows >= self.row_group_rows:
-            self._flush(self.row_group_rows)
+        """Copy rows (CSR arrays; indptr may start anywhere); write every full row group."""
+        indptr = np.asarray(indptr)
+        n = len(indptr) - 1
+        a = 0
+        while a < n:
+            buf = self._buffer()
+            b = min(n, a + self.row_group_rows - buf.rows)
+            buf.add(indptr, indices, values, labels, weight, a, b)
+            a = b
+            if buf.rows == self.row_group_rows:
+                self._flush()
 
-    def _flush(self, n: int) -> None:
-        take, rest, got = [], [], 0
-        for blk in self._pending:
-            rows = len(blk[0]) - 1
-            if got >= n:
-                rest.append(blk)
-            elif got + rows <= n:
-                take.append(blk)
-                got += rows
-            else:
-                k = n - got
-                take.append(_rows(blk, 0, k))
-                rest.append(_rows(blk, k, rows))
-                got = n
-        self._pending, self._pending_rows = rest, self._pending_rows - n
-        nnz = sum(int(b[0][-1]) for b in take)
-        if nnz >= 2**31:
-            raise DataError(
-                f"a row group of {n} rows holds {nnz} nnz, more than int32 list offsets "
-                "allow; pass a smaller row_group_rows."
-            )
-        # Assembling and encoding a row group is the slow part (~20 M nnz/s): do it on a
-        # background thread (numpy and pyarrow release the GIL) while the caller makes the next
-        # one. One in flight at a time bounds memory to about two row groups.
+    def _flush(self) -> None:
+        buf, self._filling = self._filling, None
+        # Encoding a row group is the slow part: do it on a background thread (pyarrow releases
+        # the GIL) while the caller fills the other buffer. One in flight at a time.
         self._wait()
-        self._inflight = self._pool.submit(self._write_group, take)
-        self.row_group_nnz.append(nnz)
-        self.n_rows += n
+        self._inflight = self._pool.submit(self._write_group, buf)
+        self.row_group_nnz.append(buf.nnz)
+        self.n_rows += buf.rows
 
-    def _write_group(self, blocks) -> None:
-        sizes = np.cumsum([0] + [int(b[0][-1]) for b in blocks])
-        ptr = np.concatenate([[0]] + [b[0][1:] + s for b, s in zip(blocks, sizes, strict=False)])
-        n_rows = len(ptr) - 1
-        offsets = pa.array(ptr.astype(np.int32))
-        cols = []
-        for field in self.schema:
-            if field.name == "label":
-                lab = np.concatenate([b[3] for b in blocks]).astype(field.type.to_pandas_dtype())
-                cols.append(pa.array(lab))
-            elif field.name in ("indices", "values"):
-                k, dtype = (1, np.int32) if field.name == "indices" else (2, np.float32)
-                flat = np.concatenate([b[k] for b in blocks]).astype(dtype, copy=False)
-                cols.append(pa.ListArray.from_arrays(offsets, pa.array(flat), type=field.type))
-            else:
-                w = np.concatenate([b[4] for b in blocks]).astype(np.float32, copy=False)
-                cols.append(pa.array(w))
-        table = pa.Table.from_arrays(cols, schema=self.schema)
-        self._writer.write_table(table, row_group_size=n_rows)
+    def _write_group(self, buf: _GroupBuffer) -> None:
+        self._writer.write_table(buf.table(self.schema), row_group_size=buf.rows)
 
     def close(self, n_features=None) -> None:
         """Flush the last (short) row group and write the footer with the metadata."""
-        if self._pending_rows:
-            self._flush(self._pending_rows)
+        if self._filling is not None and self._filling.rows:
+            self._flush()
         nf = n_features if n_features is not None else self.n_features
         md = encode_metadata(nf, self._provenance)
         md[KEY_ROW_GROUP_NNZ] = json.dumps(self.row_group_nnz)
@@ -212,19 +253,6 @@ class ChunkWriter:
             pass  # the error being handled is the one to report
         self._pool.shutdown()
         self._writer.close()
-
-
-def _rows(blk, a: int, b: int):
-    """Rows ``a:b`` of a buffered block (indptr based at 0), rebased to 0 again."""
-    indptr, indices, values, labels, weight = blk
-    lo, hi = int(indptr[a]), int(indptr[b])
-    return (
-        indptr[a : b + 1] - lo,
-        indices[lo:hi],
-        None if values is None else values[lo:hi],
-        None if labels is None else labels[a:b],
-        None if weight is None else weight[a:b],
-    )
 
 
 def write_parquet(
