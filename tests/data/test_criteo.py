@@ -11,7 +11,8 @@ from snapfit.datasets import (
     make_criteo_like_parquet,
     make_criteo_like_tsv,
 )
-from snapfit.datasets.criteo_hash import cat_index, splitmix64
+from snapfit.datasets.criteo import hex8_words
+from snapfit.datasets.criteo_hash import cat_index, format_hex8, splitmix64
 from snapfit.errors import DataError
 
 BITS = 10
@@ -53,6 +54,39 @@ def test_splitmix64_known_values():
     # Reference outputs of splitmix64's finalizer (mix of 0 is 0; value for 1 from the C code).
     got = splitmix64(np.array([0, 1], np.uint64))
     assert got[0] == 0 and got[1] == 0x5692161D100B05E5
+
+
+def test_hex8_words_decodes_any_case_and_flags_every_non_hex_byte():
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([[0, 0xFFFFFFFF, 0x0123ABCD], rng.integers(0, 2**32, 5000)])
+    chars = np.ascontiguousarray(format_hex8(tokens.astype(np.uint32)))
+    upper = np.where((chars >= ord("a")), chars - 32, chars).astype(np.uint8)
+    for text in (chars, upper):
+        got, bad = hex8_words(text.view("<u8").ravel())
+        np.testing.assert_array_equal(got, tokens)
+        assert not bad.any()
+    hexdigits = set(b"0123456789abcdefABCDEF")
+    for pos in range(8):
+        text = np.repeat(chars[:1], 256, axis=0)
+        text[:, pos] = np.arange(256)
+        _, bad = hex8_words(text.view("<u8").ravel())
+        np.testing.assert_array_equal(bad, [b not in hexdigits for b in range(256)])
+
+
+@pytest.mark.parametrize("bits", [5, 20, 31])
+def test_categorical_indices_are_cat_index(tmp_path, bits):
+    """The converter's in-place hashing gives criteo_hash.cat_index's indices (what the maker
+    uses) for every field, with the largest tokens and the smallest and largest hash spaces."""
+    rng = np.random.default_rng(bits)
+    tokens = rng.integers(0, 2**32, (300, 26)).astype(np.uint32)
+    tokens[0] = 0xFFFFFFFF
+    lines = ["1\t" + "\t" * 13 + "\t".join(f"{t:08x}" for t in row) for row in tokens]
+    path = _write(tmp_path / "d.tsv", lines)
+    convert_criteo(path, tmp_path / "out.parquet", hash_bits=bits)
+    chunk = Dataset(tmp_path / "out.parquet").read_chunk(0)
+    np.testing.assert_array_equal(
+        chunk.indices.reshape(300, 26), cat_index(np.arange(26), tokens, bits)
+    )
 
 
 @pytest.mark.parametrize("gz", [False, True])
