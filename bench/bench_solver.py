@@ -10,8 +10,9 @@ target (set-up included, as in the others' ``fit``). The reference fit is snapfi
 timed run (the path does not depend on ``tol``); the other runs stop at that epoch. snap ML and
 liblinear have no epoch hook: ``max_iter`` is searched (``systems.next_probe``: extrapolation,
 then interpolation and bisection) with ``tol=0`` and the time is that of the smallest
-``max_iter`` that reaches the target; a search may be given a time budget, after which the
-system is reported as not reaching the target in that time. Every time is the median of
+``max_iter`` that reaches the target; a searched system may be given a budget of seconds of
+fits (``systems.sweep``), past which it is reported as not reaching the target within it.
+Every time is the median of
 ``--repeats`` fits, all systems in the same invocation, so the ratios share the machine's
 conditions.
 """
@@ -64,8 +65,8 @@ def marginal_epoch_s(points) -> float | None:
 
 def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float = 1e-4,
                    systems=CURVE + SWEEP, budget_s=None, log=print) -> dict:  # fmt: skip
-    """All systems against one target on ``set_dir``. ``budget_s`` maps a swept system to the
-    seconds of fits its search may spend without reaching the target (then "not reached")."""
+    """All systems against one target on ``set_dir``. ``budget_s`` maps a searched system to the
+    seconds of fits its whole measurement may take (see ``systems.sweep``)."""
     meta = meta_of(set_dir)
     log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
     # The reference is also snapfit-1's first timed run: its curve gives the epoch of the hit.

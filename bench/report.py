@@ -299,9 +299,11 @@ engine (`StreamSource`) on the Parquet file, first pass included. snap ML and li
 epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses 0) — doubling,
 or an extrapolation of the log loss curve, until a hit, then interpolation and bisection down to
 the smallest `max_iter` that reaches the target; the time is the median of 3 fits at that
-`max_iter` (the search's own fit there is one of them). A search with a time budget that spends
-it without a hit is reported as not reaching the target in that time. In-memory systems get a
-scipy CSR matrix (float32) already in memory."""
+`max_iter` (the search's own fit there is one of them). Each searched system has a budget of
+seconds of fits for all of this: a probe is not started when it and the fits a hit would still
+need could overrun the budget, and the system is then reported as not reaching the target
+within it (its probes still appear in the plot). In-memory systems get a scipy CSR matrix
+(float32) already in memory."""
 
 _AGREE = """snap ML's `regularizer` is `1/C` on the same sum of losses, and its `fit_intercept=True`
 appends a constant feature that is regularized like liblinear's (`intercept_scaling=1`): its

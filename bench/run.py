@@ -30,8 +30,9 @@ from bench.systems import SYSTEMS, children_cpu_s, run_job
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-# Row counts of the sets; ``target_budget_s``: seconds of fits a swept system's search may spend
-# without reaching the target before it is reported as "not reached in that budget". Quick mode
+# Row counts of the sets; ``target_budget_s``: seconds of fits a swept system's whole time-to-target
+# measurement (search and timed fits) may take; a probe that would overrun it is not started and
+# the system is reported as "not reached within" it (``systems.sweep``). Quick mode
 # aims at well under 10 min on 2 cores, data included: lbfgs and VW cost about the same per set
 # whatever its rows (their per-iteration work is dominated by the 2^20-feature vectors: scipy's
 # L-BFGS-B update, VW's weight array), and liblinear's fits grow faster than linearly with
@@ -41,13 +42,13 @@ MODES = {
         "agree": ("tiny", 5_000),
         "table": [("criteo-like", 50_000), ("criteo-tsv", 25_000), ("onehot-svm", 25_000)],
         "target": ("criteo-like", 250_000),
-        "target_budget_s": {"snapml-1": 90.0, "snapml-2": 90.0, "liblinear": 60.0},
+        "target_budget_s": {"snapml-1": 150.0, "snapml-2": 150.0, "liblinear": 90.0},
     },
     "full": {
         "agree": ("tiny", 20_000),
         "table": [("criteo-like", 1_000_000), ("criteo-tsv", 1_000_000), ("onehot-svm", 1_000_000)],
         "target": ("criteo-like", 4_000_000),
-        "target_budget_s": {"snapml-1": 3600.0, "snapml-2": 3600.0, "liblinear": 3600.0},
+        "target_budget_s": {"snapml-1": 3600.0, "snapml-2": 3600.0, "liblinear": 4 * 3600.0},
     },
 }
 # The objective check's pass mark: every system's primal within this of the lowest, relative.
@@ -169,7 +170,7 @@ def plan(cfg: dict, a) -> list[str]:
         f"systems table: {len(SYSTEMS)} systems x {len(cfg['table'])} sets, {a.repeats} fits each",
         f"time to target on {'-'.join(map(str, cfg['target']))}: "
         + ", ".join(CURVE + SWEEP)
-        + f"; search budgets {cfg['target_budget_s']} s",
+        + f"; budgets (s of fits) {cfg['target_budget_s']}",
     ]
 
 

@@ -334,13 +334,17 @@ def predict_s(points: dict, k: int) -> float:
 
 def sweep(spec: dict, X, y, Xte, yte) -> dict:
     """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` test log loss, found
-    by ``next_probe``; every fit's (max_iter, seconds, log loss) is kept. Until a probe hits,
-    one that would take the seconds of fits past ``budget_s`` (``predict_s``) is not started:
-    the system is reported as not reaching the target in that budget. The probe at the answer
-    is one of the ``repeats`` timed fits; the others run after it."""
+    by ``next_probe``; every fit's (max_iter, seconds, log loss) is kept. The probe at the answer
+    is one of the ``repeats`` timed fits; the others run after it.
+
+    ``budget_s`` bounds the seconds of fits of the whole measurement: until a probe hits, a probe
+    is started only if it and what a hit would still cost (a couple of bracketing probes and the
+    timed fits, ``repeats + 2`` fits of its predicted length, ``predict_s``) fit in what is left.
+    Otherwise the system is reported as not reaching the target within that budget."""
     points: dict[int, tuple[float, float]] = {}
     runs: dict[int, dict] = {}
     t_spent, budget_s = 0.0, spec.get("budget_s", float("inf"))
+    repeats = spec.get("repeats", 3)
 
     def fit(k: int) -> dict:
         return fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
@@ -352,8 +356,9 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
         t_spent += runs[k]["fit_s"]
         k = next_probe(points, spec["target"], spec["optimum"], cap)
         reached = any(ll <= spec["target"] for _, ll in points.values())
-        if k is not None and not reached and t_spent + predict_s(points, k) > budget_s:
-            break
+        if k is not None and not reached:
+            if t_spent + (repeats + 2) * predict_s(points, k) > budget_s:
+                break
     hits = sorted(kk for kk, (_, ll) in points.items() if ll <= spec["target"])
     best = min(points, key=lambda kk: points[kk][1])
     out = {"points": sorted([kk, t, ll] for kk, (t, ll) in points.items()),
@@ -364,14 +369,14 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
         out["not_reached"] = f"not reached by max_iter {max(points)} ({seen})"
         if k is not None:
             out["not_reached"] = (
-                f"not reached within a {budget_s:.0f} s search budget ({t_spent:.0f} s of fits "
+                f"not reached within a budget of {budget_s:.0f} s of fits ({t_spent:.0f} s spent "
                 f"up to max_iter {max(points)}, {seen}; the next probe, max_iter {k}, would "
-                f"take ~{predict_s(points, k):.0f} s)"
+                f"take ~{predict_s(points, k):.0f} s, and {repeats + 2}x that with its timed fits)"
             )
         out["peak_rss_mb"] = peak_rss_mb()
         return out
     k = hits[0]
-    timed = [runs[k]] + [fit(k) for _ in range(spec.get("repeats", 3) - 1)]
+    timed = [runs[k]] + [fit(k) for _ in range(repeats - 1)]
     out["fit_s_all"] = [r["fit_s"] for r in timed]
     out["fit_s"] = float(np.median(out["fit_s_all"]))
     out["test_logloss"] = points[k][1]

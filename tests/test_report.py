@@ -148,3 +148,29 @@ def test_bench_report_checks_agreement_and_shows_time(tmp_path):
     assert "error: boom" in md
     for png in ("time_to_target.png", "pass_rates.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("budget", [None, 30.0])
+def test_sweep_reuses_the_hit_and_keeps_its_budget(monkeypatch, budget):
+    import bench.systems as S
+
+    fits = []
+
+    def fake_fit(spec, X, y):  # liblinear-like: fits grow as max_iter^2
+        k = spec["max_iter"]
+        fits.append(k)
+        return {"fit_s": k * k / 50, "_w": k, "_b": 0.0, "epoch_s": k / 50, "nnz_per_s": 1.0}
+
+    monkeypatch.setattr(S, "fit_once", fake_fit)
+    monkeypatch.setattr(S, "logloss", lambda X, y, w, b: _curve(w))
+    spec = {"target": 0.3 + 1e-4, "optimum": 0.3, "repeats": 3, "max_iter_cap": 256}
+    if budget:
+        spec["budget_s"] = budget
+    out = S.sweep(spec, None, None, None, None)
+    if budget is None:
+        k = out["k_star"]
+        assert _curve(k) <= spec["target"] < _curve(k - 1)
+        assert fits.count(k) == 3 and out["fit_s_all"] == [k * k / 50] * 3
+    else:
+        assert out["k_star"] is None and "not reached within a budget of 30 s" in out["not_reached"]
+        assert sum(k * k / 50 for k in fits) <= budget
