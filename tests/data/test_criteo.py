@@ -108,6 +108,27 @@ def test_fields_become_the_documented_features(tmp_path, gz):
     assert all(13 <= i < 1 << BITS for i in idx[1:])
 
 
+@pytest.mark.parametrize("block_bytes", [50, 1000])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_blocks_of_lines_of_any_size_give_the_same_file(tmp_path, block_bytes, newline):
+    """Blocks are cut at line ends whatever their size (50 bytes: shorter than a line) and
+    line-end style, and a last line without its line end is read."""
+    rows = [
+        _row(i % 2, {0: str(i)}, {c: f"{i * 7919 + c:08x}" for c in range(0, 26, 3)})
+        for i in range(40)
+    ]
+    path = tmp_path / "d.tsv"
+    path.write_bytes(newline.join(rows).encode())  # no final line end
+    convert_criteo(path, tmp_path / "a.parquet", hash_bits=BITS, block_bytes=block_bytes)
+    convert_criteo(path, tmp_path / "b.parquet", hash_bits=BITS, row_group_rows=7)
+    a, b = Dataset(tmp_path / "a.parquet"), Dataset(tmp_path / "b.parquet")
+    assert a.n_rows == b.n_rows == 40
+    first = np.concatenate([c.indices for c in a.iter_chunks()])
+    second = np.concatenate([c.indices for c in b.iter_chunks()])
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(a.read_chunk(0).values[:2], [np.log1p(0), 1])
+
+
 def test_unlabelled_files_have_no_label_column(tmp_path):
     lines = [_row(None, {0: "7"}, {1: "0000abcd"}), _row(None, {}, {})]
     path = _write(tmp_path / "test.tsv", lines)
