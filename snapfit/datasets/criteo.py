@@ -253,7 +253,7 @@ class _Scratch:
         return scratch
 
 
-_COMPACT_ROWS = 256  # rows compacted per numpy call: its index temporary stays ~80 kB
+_COMPACT_ROWS = 256  # rows compacted per numpy call: the index temporary stays ~80 kB
 
 
 def _features(batch: pa.RecordBatch, labelled: bool, hash_bits: int, scratch: _Scratch):
@@ -282,8 +282,7 @@ def _features(batch: pa.RecordBatch, labelled: bool, hash_bits: int, scratch: _S
         tokens |= np.uint64(c + 1) << np.uint64(32)
         h = splitmix64(tokens)
         np.subtract(h, np.floor_divide(h, slots) * slots, out=h)
-        h += np.uint64(N_INT)
-        idx[:, N_INT + c] = h
+        np.add(h, np.uint64(N_INT), out=idx[:, N_INT + c], casting="unsafe")
     n_bad = int(np.count_nonzero(bad))
     if n_bad:
         keep = ~bad
@@ -297,9 +296,9 @@ def _features(batch: pa.RecordBatch, labelled: bool, hash_bits: int, scratch: _S
     for a in range(0, m, _COMPACT_ROWS):
         b = min(a + _COMPACT_ROWS, m)
         lo, hi = indptr[a], indptr[b]
-        mask = present[a:b].ravel()
-        np.compress(mask, idx[a:b].ravel(), out=indices[lo:hi])
-        np.compress(mask, val[a:b].ravel(), out=values[lo:hi])
+        pos = np.flatnonzero(present[a:b])
+        np.take(idx[a:b].ravel(), pos, out=indices[lo:hi])
+        np.take(val[a:b].ravel(), pos, out=values[lo:hi])
     return (indptr, indices, values, labels), n_bad
 
 
