@@ -130,18 +130,33 @@ def pandas_baseline(tsv: str, out: str, hash_bits: int, row_group_rows: int) -> 
 
 
 def bench_converter(tsv_rows: int, work: str) -> None:
+    """convert_criteo against the pandas baseline, runs interleaved (ours, baseline, ours, ...)
+    so a change in the machine's load hits both; wall and process CPU seconds, medians of 3."""
     tsv = os.path.join(work, "criteo.tsv")
     make_criteo_like_tsv(tsv, tsv_rows, seed=1)
     mb = os.path.getsize(tsv) / 1e6
     out = os.path.join(work, "conv.parquet")
-    ours = median_time(
-        lambda: convert_criteo(tsv, out, row_group_rows=DEFAULT_ROW_GROUP_ROWS, force=True)
-    )
-    base = median_time(lambda: pandas_baseline(tsv, out, 20, DEFAULT_ROW_GROUP_ROWS))
-    print(f"\nconverter: {tsv_rows} rows, {mb:.0f} MB of TSV (median of 3)")
-    print(f"  convert_criteo (pyarrow csv + numpy)  {mb / ours:7.1f} MB/s")
-    print(f"  pandas.read_csv + numpy hashing       {mb / base:7.1f} MB/s")
-    print(f"  speed-up                              {base / ours:7.2f} x")
+    runs = {
+        "convert_criteo (pyarrow csv + numpy)": lambda: convert_criteo(
+            tsv, out, row_group_rows=DEFAULT_ROW_GROUP_ROWS, force=True
+        ),
+        "pandas.read_csv + numpy hashing": lambda: pandas_baseline(
+            tsv, out, 20, DEFAULT_ROW_GROUP_ROWS
+        ),
+    }
+    times = {name: [] for name in runs}
+    for _ in range(3):
+        for name, fn in runs.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    print(f"\nconverter: {tsv_rows} rows, {mb:.0f} MB of TSV (median of 3, interleaved)")
+    med = {}
+    for name, t in times.items():
+        med[name] = (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+        print(f"  {name:37s} {mb / med[name][0]:7.1f} MB/s  ({med[name][1]:.1f} s CPU)")
+    (ours_w, ours_c), (base_w, base_c) = med.values()
+    print(f"  {'speed-up':37s} {base_w / ours_w:7.2f} x    ({base_c / ours_c:.2f} x less CPU)")
 
 
 def bench_maker(rows: int, work: str) -> str:
