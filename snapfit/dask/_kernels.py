@@ -16,7 +16,7 @@ from math import exp
 
 from numba import njit
 
-from snapfit.solvers.cpu import row_bound, row_terms, unpack_alpha
+from snapfit.solvers.cpu import row_bound, row_dot, row_terms, unpack_alpha
 
 _inline = njit(inline="always", nogil=True)
 
@@ -50,13 +50,7 @@ def measure(
             continue
         lo = indptr[i]
         hi = indptr[i + 1]
-        dot = w[d] * bias
-        if has_values:
-            for k in range(lo, hi):
-                dot += w[indices[k]] * values[k]
-        else:
-            for k in range(lo, hi):
-                dot += w[indices[k]]
+        dot = row_dot(lo, hi, indices, values, has_values, w, bias)
         yi = y[i]
         m = yi * dot
         a, ca = unpack_alpha(alpha[i], c)

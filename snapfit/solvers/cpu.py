@@ -109,6 +109,20 @@ def row_bound(i, y, weight, has_weight, c_pos, c_neg):
     return c
 
 
+@_inline
+def row_dot(lo, hi, indices, values, has_values, w, bias):
+    """``w . x_i`` for the entries ``[lo, hi)`` of a row, plus the intercept weight ``w[-1]``
+    times its feature value ``bias``: the margin every kernel starts from."""
+    dot = w[len(w) - 1] * bias
+    if has_values:
+        for k in range(lo, hi):
+            dot += w[indices[k]] * values[k]
+    else:
+        for k in range(lo, hi):
+            dot += w[indices[k]]
+    return dot
+
+
 @njit(nogil=True, cache=True)
 def row_sqnorms(indptr, indices, values, has_values, out):
     """Exact ``||x_i||^2`` of each row into ``out``, duplicates summed first.
@@ -187,13 +201,7 @@ def cd_pass(
             continue
         lo = indptr[i]
         hi = indptr[i + 1]
-        dot = w[d] * bias
-        if has_values:
-            for k in range(lo, hi):
-                dot += w[indices[k]] * values[k]
-        else:
-            for k in range(lo, hi):
-                dot += w[indices[k]]
+        dot = row_dot(lo, hi, indices, values, has_values, w, bias)
         yi = y[i]
         b = yi * dot
         q = sigma * (sqnorm[i] + bias2)
@@ -225,7 +233,6 @@ def chunk_objective(
     ``P = 1/2||w||^2 + loss``, ``D = -1/2||w||^2 - entropy``; ``gap`` sums the per-row terms
     ``g_i >= 0`` (equal to ``P - D`` over the whole data set when ``w = w(alpha)``).
     """
-    d = len(w) - 1
     loss = 0.0
     ent = 0.0
     gap = 0.0
@@ -233,9 +240,7 @@ def chunk_objective(
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             continue
-        dot = w[d] * bias
-        for k in range(indptr[i], indptr[i + 1]):
-            dot += w[indices[k]] * (values[k] if has_values else 1.0)
+        dot = row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
         li, ei, gi = row_terms(y[i] * dot, alpha[i], c)
         loss += li
         ent += ei
@@ -274,15 +279,12 @@ def alpha_from_margins(
     pair with ``w`` (``m_i = y_i w.x_i``). If ``w`` is the optimum of this data, so is ``w(a)``.
     Both ``a`` and ``C - a`` are formed from the margin directly, so neither loses digits.
     """
-    d = len(w) - 1
     for i in range(len(indptr) - 1):
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             alpha[i] = 0.0
             continue
-        dot = w[d] * bias
-        for k in range(indptr[i], indptr[i + 1]):
-            dot += w[indices[k]] * (values[k] if has_values else 1.0)
+        dot = row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
         m = y[i] * dot
         # a = c * sigmoid(-m), c - a = c * sigmoid(m), both strictly inside (0, c) unless they
         # underflow; keep the packed value away from exact 0 (which means "not started").
