@@ -16,7 +16,7 @@ from math import exp
 
 from numba import njit
 
-from snapfit.solvers.cpu import row_bound, row_dot, row_terms, unpack_alpha
+from snapfit.solvers.cpu import row_axpy, row_bound, row_dot, row_terms, unpack_alpha
 
 _inline = njit(inline="always", nogil=True)
 
@@ -40,7 +40,6 @@ def measure(
     ``a_i - p_i`` is taken on the side of the packed alpha that is stored exactly: ``a - C s(-m)``
     when ``a <= C/2``, else ``C s(m) - (C - a)``, so rows near their bound lose no digits.
     """
-    d = len(w) - 1
     loss = 0.0
     ent = 0.0
     gap = 0.0
@@ -63,12 +62,5 @@ def measure(
         else:
             coef = c * _sigmoid(m) - ca
         if coef != 0.0:
-            step = coef * yi
-            r[d] += step * bias
-            if has_values:
-                for k in range(lo, hi):
-                    r[indices[k]] += step * values[k]
-            else:
-                for k in range(lo, hi):
-                    r[indices[k]] += step
+            row_axpy(lo, hi, indices, values, has_values, r, bias, coef * yi)
     return loss, ent, gap
