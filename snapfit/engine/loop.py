@@ -141,8 +141,10 @@ class Trainer:
         """Exact ``(primal, dual, gap)`` at the current ``w`` and ``alpha`` (one data pass)."""
         order, plan = self._whole_chunks()
         results = self._run(order, plan, self._objective_item)
-        loss = sum(r[0] for _, r in results)
-        ent = sum(r[1] for _, r in results)
+        return self._objective_of(sum(r[0] for _, r in results), sum(r[1] for _, r in results))
+
+    def _objective_of(self, loss: float, ent: float) -> tuple[float, float, float]:
+        """``(primal, dual, gap)`` at ``w`` from the rows' summed loss and dual entropy."""
         wsq = cpu.squared_norm(self.w)
         primal = 0.5 * wsq + loss
         dual = -0.5 * wsq - ent
@@ -180,10 +182,15 @@ class Trainer:
         results = self._run(order, plan, self._pass_item)
         self._merge(mean=True, w0=w0)
         seconds = time.perf_counter() - t0
+        return self._close_epoch([(it.k, *r) for it, r in results], seconds, io0)
+
+    def _close_epoch(self, gaps, seconds: float, io0: float) -> EpochRecord:
+        """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
+        source (they rank chunks for residency), the epoch is counted and recorded."""
         self.chunk_gaps[:] = 0.0
         ent = 0.0
-        for item, (gap, e) in results:
-            self.chunk_gaps[item.k] += gap
+        for k, gap, e in gaps:
+            self.chunk_gaps[k] += gap
             ent += e
         self.source.update_gaps(self.chunk_gaps)
         self.epoch += 1

@@ -184,20 +184,10 @@ class HeteroTrainer:
         seconds = time.perf_counter() - t0
         for t in range(self.k if self.rebalance else 0):
             self.meter.update(t, int(self._done_rows[t]), float(self._busy[t]))
-        self.chunk_gaps[:] = 0.0
-        ent = 0.0
-        for it, r in results:
-            gap, e = gpu_results[it.part] if it.thread == 0 else r
-            self.chunk_gaps[it.k] += gap
-            ent += e
-        self.source.update_gaps(self.chunk_gaps)
+        gaps = [(it.k, *(gpu_results[it.part] if it.thread == 0 else r)) for it, r in results]
+        rec = self._close_epoch(gaps, seconds, io0)
         self._residency()
-        self.epoch += 1
-        return EpochRecord.from_pass(
-            epoch=self.epoch, w=self.w, entropy=ent, gap=float(self.chunk_gaps.sum()),
-            seconds=seconds, n_rows=self.state.n_rows, nnz=sum(self.nnz),
-            io_wait=self.source.io_wait - io0,
-        )  # fmt: skip
+        return rec
 
     def exact_objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at ``w`` and ``alpha``, shared out like an epoch."""
@@ -210,12 +200,11 @@ class HeteroTrainer:
             row = gpu_results[it.part] if it.thread == 0 else r
             loss += row[0]
             ent += row[1]
-        wsq = cpu.squared_norm(self.w)
-        primal = 0.5 * wsq + loss
-        dual = -0.5 * wsq - ent
-        return primal, dual, primal - dual
+        return self._objective_of(loss, ent)
 
-    # The exact check is the engine's: it only needs exact_objective().
+    # The engine's epoch bookkeeping and exact check serve here unchanged.
+    _close_epoch = Trainer._close_epoch
+    _objective_of = Trainer._objective_of
     confirm = Trainer.confirm
 
     def warm_start(self, w0: np.ndarray) -> None:
