@@ -1,7 +1,26 @@
 """snapfit: out-of-core dual coordinate descent for sparse L2-regularized logistic regression."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
-from snapfit.estimator import LogisticRegression, load  # noqa: E402
-
 __all__ = ["LogisticRegression", "load", "__version__"]
+
+if TYPE_CHECKING:
+    from snapfit.estimator import LogisticRegression, load
+
+
+def __getattr__(name: str):
+    # The estimator, and scikit-learn with it (1-2 s), is imported on first use: the CLI's
+    # --help and a Dask worker loading the worker code do not pay for it.
+    if name in ("LogisticRegression", "load"):
+        from snapfit import estimator
+
+        return getattr(estimator, name)
+    raise AttributeError(f"module 'snapfit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -382,3 +382,48 @@ def add(*arrays):
     for a in arrays[1:]:
         out += a
     return out
+
+
+def decision_block(x, coef, intercept):
+    """Task body of ``predict`` on a dask array: the block's ``x . coef + intercept``."""
+    import scipy.sparse as sp
+
+    if sp.issparse(x):
+        return np.asarray(x @ coef).ravel() + intercept
+    return np.asarray(x) @ coef + intercept
+
+
+def rowgroup_decision(dataset, k: int, coef, intercept) -> np.ndarray:
+    """Task body of ``predict`` on Parquet paths: read row group ``k`` here and score it."""
+    from snapfit.scoring import chunk_scores
+
+    return chunk_scores(coef, intercept, dataset.read_chunk(k))
+
+
+def has_gpu() -> bool:
+    """Whether numba sees a usable GPU on this worker."""
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # noqa: BLE001 - no driver, no toolkit: no GPU
+        return False
+
+
+def warm() -> float:
+    """Run every kernel once on a tiny share (JIT or cache load); the seconds it took. The
+    worker imported this module to run it, so the imports are paid by then too."""
+    t0 = time.perf_counter()
+    indptr = np.arange(0, 9, 2, dtype=np.int64)
+    chunk = Chunk(indptr, np.array([0, 1, 1, 2, 0, 2, 1, 3], np.int32),
+                  np.ones(8, np.float32), np.array([1, -1, 1, -1], np.float32), None)  # fmt: skip
+    tr = Trainer(InMemorySource([chunk], 4), Problem(n_features=4, sigma=2.0))
+    try:
+        tr.run_epoch()
+        r = np.zeros(5)
+        args = (*cpu.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
+        _kernels.measure(*args, tr.w, r)
+        cpu.accumulate_w(*args, r)
+    finally:
+        tr.close()
+    return time.perf_counter() - t0

@@ -1,19 +1,5 @@
-"""The cluster door: train on a Dask cluster, each worker running the engine on its own share.
-
-The driver (your client) reads Parquet footers only and deals row groups to workers by nnz; each
-worker reads its row groups itself and keeps them (resident, or streamed within its memory
-budget), their dual variables and its threads in a ``Part`` actor between rounds. A round: each
-part runs the engine on its subproblem (CoCoA+ with sigma' = all threads of all workers, plus a
-gradient correction) and returns ``dw``; the driver sums, every part measures the new point
-(exact duality gap, gradient), the driver accepts or rejects the round, checkpoints alpha, and
-survives a lost worker by re-placing its share. See ``docs/dask.md``.
-
->>> from distributed import Client, LocalCluster              # doctest: +SKIP
->>> from snapfit.dask import DaskLogisticRegression            # doctest: +SKIP
->>> with LocalCluster(n_workers=2) as cluster, Client(cluster) as client:  # doctest: +SKIP
-...     est = DaskLogisticRegression(client=client, C=0.1).fit("train/")
-...     est.to_local().save("model.npz")
-"""
+"""The cluster door's public side: ``DaskLogisticRegression``, ``fit``, ``cluster_client`` and
+``warm_up`` (imported from ``snapfit.dask``; see its docstring and ``docs/dask.md``)."""
 
 from __future__ import annotations
 
@@ -24,6 +10,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from snapfit.dask import _worker
 from snapfit.dask._driver import (
     DaskFit,
     FitTimeoutError,
@@ -263,8 +250,8 @@ class DaskLogisticRegression(LogisticRegression):
         """``w.x + b``: a dask array for a dask array or Parquet input, else a numpy array."""
         check_is_fitted(self)
         if _is_dask_collection(X):
-            return X.map_blocks(_decision_block, self.coef_.ravel(), float(self.intercept_[0]),
-                                drop_axis=1, dtype=np.float64)  # fmt: skip
+            coef, b = self.coef_.ravel(), float(self.intercept_[0])
+            return X.map_blocks(_worker.decision_block, coef, b, drop_axis=1, dtype=np.float64)
         dataset = _predict_dataset(X)
         if dataset is not None:
             return _parquet_decision(dataset, self.coef_.ravel(), float(self.intercept_[0]))
@@ -330,26 +317,12 @@ def _n_jobs(n_jobs: int) -> int:
     return int(n_jobs)
 
 
-def _decision_block(x, coef, intercept):
-    import scipy.sparse as sp
-
-    if sp.issparse(x):
-        return np.asarray(x @ coef).ravel() + intercept
-    return np.asarray(x) @ coef + intercept
-
-
-def _rowgroup_decision(dataset, k: int, coef, intercept) -> np.ndarray:
-    from snapfit.scoring import chunk_scores
-
-    return chunk_scores(coef, intercept, dataset.read_chunk(k))
-
-
 def _parquet_decision(dataset, coef, intercept):
     """A dask array with one block per row group, each read and scored by a worker."""
     import dask
     import dask.array as da
 
-    score = dask.delayed(_rowgroup_decision, pure=True)
+    score = dask.delayed(_worker.rowgroup_decision, pure=True)
     blocks = [
         da.from_delayed(score(dataset, k, coef, intercept), shape=(ref.n_rows,), dtype=np.float64)
         for k, ref in enumerate(dataset.chunks)
@@ -382,15 +355,6 @@ def cluster_client(scheduler: str | None = None, n_workers: int | None = None, *
         yield client
 
 
-def _has_gpu() -> bool:
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:  # noqa: BLE001 - no driver, no toolkit: no GPU
-        return False
-
-
 def _check_device(client, device: str, timeout: float) -> None:
     """``device='gpu'`` fails with a clear message: naming the workers without a GPU, or else
     saying that workers train on their CPU threads only."""
@@ -399,7 +363,7 @@ def _check_device(client, device: str, timeout: float) -> None:
     from snapfit.errors import ResourceError
 
     workers = sorted(alive_workers(client, timeout))
-    futs = {a: client.submit(_has_gpu, workers=[a], allow_other_workers=False, pure=False)
+    futs = {a: client.submit(_worker.has_gpu, workers=[a], allow_other_workers=False, pure=False)
             for a in workers}  # fmt: skip
     try:
         has = wait_all(client, futs, timeout=timeout, what="looking for GPUs")
@@ -418,39 +382,14 @@ def _check_device(client, device: str, timeout: float) -> None:
     )
 
 
-def _warm_worker() -> float:
-    """Import the worker side and run every kernel once on a tiny share (JIT or cache load)."""
-    import time
-
-    t0 = time.perf_counter()
-    from snapfit.dask import _kernels
-    from snapfit.data.chunk import Chunk
-    from snapfit.engine import InMemorySource, Problem, Trainer
-    from snapfit.solvers import cpu
-
-    indptr = np.arange(0, 9, 2, dtype=np.int64)
-    chunk = Chunk(indptr, np.array([0, 1, 1, 2, 0, 2, 1, 3], np.int32),
-                  np.ones(8, np.float32), np.array([1, -1, 1, -1], np.float32), None)  # fmt: skip
-    tr = Trainer(InMemorySource([chunk], 4), Problem(n_features=4, sigma=2.0))
-    try:
-        tr.run_epoch()
-        r = np.zeros(5)
-        args = (*cpu.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
-        _kernels.measure(*args, tr.w, r)
-        cpu.accumulate_w(*args, r)
-    finally:
-        tr.close()
-    return time.perf_counter() - t0
-
-
 def warm_up(client, *, timeout: float = 300.0) -> dict[str, float]:
-    """Import snapfit and load or compile its kernels on every worker of ``client``.
+    """Import the worker code and load or compile its kernels on every worker of ``client``.
 
-    A fresh worker process otherwise pays for both in the first fit (seconds: ``import
-    snapfit`` pulls in scikit-learn). Returns the seconds each worker took.
+    A fresh worker process otherwise pays for both in its first fit (seconds). Returns the
+    seconds each worker took for the kernels (after the import).
     """
     workers = sorted(alive_workers(client, timeout))
-    futs = {a: client.submit(_warm_worker, workers=[a], allow_other_workers=False, pure=False)
+    futs = {a: client.submit(_worker.warm, workers=[a], allow_other_workers=False, pure=False)
             for a in workers}  # fmt: skip
     try:
         return wait_all(client, futs, timeout=timeout, what="warming up the workers")
