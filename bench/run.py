@@ -160,18 +160,28 @@ def scaled(kind_rows, scale: float):
     return kind, max(1000, int(rows * scale))
 
 
+def parts_sets(cfg: dict, skip) -> list[tuple[str, int]]:
+    """The data sets the parts not skipped will use (only those are made)."""
+    return ([cfg["agree"]] if "agree" not in skip else []) + (
+        cfg["table"] if "table" not in skip else []) + (
+        [cfg["target"]] if "target" not in skip else [])  # fmt: skip
+
+
 def plan(cfg: dict, a) -> list[str]:
-    sets = [cfg["agree"], *cfg["table"], cfg["target"]]
-    return [
-        "sets: " + ", ".join(f"{k}-{n}" for k, n in sets),
-        f"objective check on {'-'.join(map(str, cfg['agree']))}: "
-        + ", ".join(SYSTEMS)
-        + f"; one tight fit each, pass mark {AGREE_RTOL:g} relative",
-        f"systems table: {len(SYSTEMS)} systems x {len(cfg['table'])} sets, {a.repeats} fits each",
-        f"time to target on {'-'.join(map(str, cfg['target']))}: "
-        + ", ".join(CURVE + SWEEP)
-        + f"; budgets (s of fits) {cfg['target_budget_s']}",
-    ]
+    sets = parts_sets(cfg, a.skip)
+    lines = ["sets: " + ", ".join(f"{k}-{n}" for k, n in sets)]
+    if "agree" not in a.skip:
+        lines.append(f"objective check on {'-'.join(map(str, cfg['agree']))}: "
+                     + ", ".join(SYSTEMS) + f"; one tight fit each, pass mark {AGREE_RTOL:g} "
+                     "relative")  # fmt: skip
+    if "table" not in a.skip:
+        lines.append(f"systems table: {len(SYSTEMS)} systems x {len(cfg['table'])} sets, "
+                     f"{a.repeats} fits each")  # fmt: skip
+    if "target" not in a.skip:
+        lines.append(f"time to target on {'-'.join(map(str, cfg['target']))}: "
+                     + ", ".join(CURVE + SWEEP)
+                     + f"; budgets (s of fits) {cfg['target_budget_s']}")  # fmt: skip
+    return lines
 
 
 def main(argv=None) -> None:
@@ -183,11 +193,21 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every set's rows")
     ap.add_argument("--out", default=RESULTS, help="results directory")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--budget", nargs="*", default=[], metavar="SYSTEM=SECONDS",
+                    help="time-to-target budget of a searched system (snapml-1, snapml-2, "
+                         "liblinear), replacing the mode's")  # fmt: skip
     a = ap.parse_args(argv)
     if a.repeats < 3:
         ap.error("--repeats must be at least 3: every time is a median of 3 or more fits")
     mode = "quick" if a.quick else "full"
     cfg = dict(MODES[mode])
+    cfg["target_budget_s"] = dict(cfg["target_budget_s"])
+    for item in a.budget:
+        name, _, sec = item.partition("=")
+        if name not in SWEEP or not sec.replace(".", "", 1).isdigit():
+            ap.error(f"--budget {item!r}: expected SYSTEM=SECONDS with SYSTEM one of "
+                     f"{', '.join(SWEEP)}")  # fmt: skip
+        cfg["target_budget_s"][name] = float(sec)
     for part in ("agree", "target"):
         cfg[part] = scaled(cfg[part], a.scale)
     cfg["table"] = [scaled(kr, a.scale) for kr in cfg["table"]]
@@ -197,6 +217,7 @@ def main(argv=None) -> None:
     command += f" --C {a.C:g}" if a.C != 0.1 else ""
     command += f" --repeats {a.repeats}" if a.repeats != 3 else ""
     command += f" --skip {' '.join(a.skip)}" if a.skip else ""
+    command += f" --budget {' '.join(a.budget)}" if a.budget else ""
     if a.dry_run:
         log(f"{command} ({mode} mode) would run:")
         for line in plan(cfg, a):
@@ -208,7 +229,7 @@ def main(argv=None) -> None:
            "timings": {}}  # fmt: skip
     timings = res["timings"]
     log(f"snapfit bench ({mode}); load average {res['loadavg_start']}")
-    sets = [cfg["agree"], *cfg["table"], cfg["target"]]
+    sets = parts_sets(cfg, a.skip)
     for kind, rows in sets:
         make_set(kind, rows, log=log)
     timings["data_s"] = time.time() - t_start
