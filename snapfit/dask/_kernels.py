@@ -16,7 +16,14 @@ from math import exp
 
 from numba import njit
 
-from snapfit.solvers.cpu import row_axpy, row_bound, row_dot, row_terms, unpack_alpha
+from snapfit.solvers.cpu import (
+    prefetch_row,
+    row_axpy,
+    row_bound,
+    row_dot,
+    row_terms,
+    unpack_alpha,
+)
 
 _inline = njit(inline="always", nogil=True)
 
@@ -43,7 +50,11 @@ def measure(
     loss = 0.0
     ent = 0.0
     gap = 0.0
-    for i in range(len(indptr) - 1):
+    n = len(indptr) - 1
+    for i in range(n):
+        if i + 2 < n:
+            prefetch_row(indptr, indices, w, i + 2)
+            prefetch_row(indptr, indices, r, i + 2)
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             continue
