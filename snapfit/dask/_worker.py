@@ -45,18 +45,6 @@ def _array_chunk(block) -> Chunk:
     return Chunk(indptr, indices, values, y_pm, weight)
 
 
-def _rows(chunk: Chunk, lo: int, hi: int) -> Chunk:
-    """Rows ``[lo, hi)`` of a CSR chunk (views of its arrays, a rebased ``indptr``)."""
-    a, b = int(chunk.indptr[lo]), int(chunk.indptr[hi])
-    return Chunk(
-        chunk.indptr[lo : hi + 1] - a,
-        chunk.indices[a:b],
-        None if chunk.values is None else chunk.values[a:b],
-        chunk.y[lo:hi],
-        None if chunk.weight is None else chunk.weight[lo:hi],
-    )
-
-
 def share_of(dataset, ids: list[int]):
     """The Parquet ``Dataset`` restricted to row groups ``ids`` (in that order): the engine's
     sources see only this worker's share, so they cannot read anything else."""
@@ -170,7 +158,7 @@ class Part:
             return {}
         out, lo = {}, 0
         for k, n in zip(self.ids, self.rows, strict=True):
-            out[k] = _rows(self.chunk, lo, lo + n)
+            out[k] = self.chunk.rows(lo, lo + n)
             lo += n
         return out
 

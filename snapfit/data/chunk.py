@@ -40,3 +40,14 @@ class Chunk(NamedTuple):
     def nbytes(self) -> int:
         """Bytes held by the arrays (what a memory budget charges for keeping it resident)."""
         return sum(a.nbytes for a in self if a is not None)
+
+    def rows(self, lo: int, hi: int) -> Chunk:
+        """Rows ``[lo, hi)`` as a chunk of views of these arrays (``indptr`` rebased to 0)."""
+        a, b = int(self.indptr[lo]), int(self.indptr[hi])
+        return Chunk(
+            self.indptr[lo : hi + 1] - a,
+            self.indices[a:b],
+            None if self.values is None else self.values[a:b],
+            self.y[lo:hi],
+            None if self.weight is None else self.weight[lo:hi],
+        )

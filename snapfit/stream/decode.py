@@ -44,18 +44,6 @@ def record_nbytes(n_rows, nnz, has_values: bool, has_weight: bool):
     return n_rows * per_row + nnz * (4 + (4 if has_values else 0))
 
 
-def _rows(c: Chunk, a: int, b: int) -> Chunk:
-    """Rows ``[a, b)`` of ``c`` (views, ``indptr`` rebased to 0)."""
-    z0, z1 = int(c.indptr[a]), int(c.indptr[b])
-    return Chunk(
-        c.indptr[a : b + 1] - z0,
-        c.indices[z0:z1],
-        None if c.values is None else c.values[z0:z1],
-        c.y[a:b],
-        None if c.weight is None else c.weight[a:b],
-    )
-
-
 class PieceDecoder:
     """Decodes row groups of a Parquet ``Dataset`` into the records of their pieces.
 
@@ -146,10 +134,10 @@ class PieceDecoder:
             while i < len(todo) and hi[todo[i]] <= end:
                 p = todo[i]
                 a, b = int(lo[p]) - base, int(hi[p]) - base
-                emit(p, self._parts(_rows(batch, a, b), sq[a:b] if norms is None else norms(p)))
+                emit(p, self._parts(batch.rows(a, b), sq[a:b] if norms is None else norms(p)))
                 i += 1
             cut = int(lo[todo[i]]) - base if i < len(todo) else batch.n_rows
-            carry, carry_sq = _rows(batch, cut, batch.n_rows), sq[cut:]
+            carry, carry_sq = batch.rows(cut, batch.n_rows), sq[cut:]
             base += cut
         if i != len(todo) or base + (carry.n_rows if carry else 0) != ref.n_rows or nnz != ref.nnz:
             raise DataError(
