@@ -30,28 +30,22 @@ __all__ = [
     "train",
     "warm_up",
 ]
+# Those defined by the driver side; the others are the estimator side's (``api``).
+_FROM_DRIVER = {"DaskFit", "FitTimeoutError", "WorkerLost", "balance", "train"}
 
 if TYPE_CHECKING:
-    from snapfit.dask.api import (
-        DaskFit,
-        DaskLogisticRegression,
-        FitTimeoutError,
-        WorkerLost,
-        balance,
-        cluster_client,
-        fit,
-        train,
-        warm_up,
-    )
+    from snapfit.dask._driver import DaskFit, FitTimeoutError, WorkerLost, balance, train
+    from snapfit.dask.api import DaskLogisticRegression, cluster_client, fit, warm_up
 
 
 def __getattr__(name: str):
     # The estimator side (and scikit-learn with it) loads on first use: worker processes import
     # this package to reach the worker code (``_worker``, ``_kernels``) and never need it.
     if name in __all__:
-        from snapfit.dask import api
+        import importlib
 
-        return getattr(api, name)
+        module = "_driver" if name in _FROM_DRIVER else "api"
+        return getattr(importlib.import_module(f"snapfit.dask.{module}"), name)
     raise AttributeError(f"module 'snapfit.dask' has no attribute {name!r}")
 
 

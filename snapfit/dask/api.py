@@ -13,28 +13,13 @@ from sklearn.utils.validation import check_is_fitted
 from snapfit.dask import _worker
 from snapfit.dask._driver import (
     DaskFit,
-    FitTimeoutError,
-    WorkerLost,
     alive_workers,
-    balance,
     train,
     wait_all,
 )
 from snapfit.engine import Problem
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
-
-__all__ = [
-    "DaskFit",
-    "DaskLogisticRegression",
-    "FitTimeoutError",
-    "WorkerLost",
-    "balance",
-    "cluster_client",
-    "fit",
-    "train",
-    "warm_up",
-]
 
 
 def _is_dask_collection(x) -> bool:
