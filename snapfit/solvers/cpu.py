@@ -34,7 +34,7 @@ row_terms = _math.row_terms
 def _prefetch(typingctx, arr, idx):
     """``llvm.prefetch`` of ``arr[idx]`` (read, high locality, data cache).
 
-    Used by ``cd_pass`` to hide the cache misses of a random row order.
+    Used by ``cd_pass`` and ``prefetch_row`` to hide the cache misses of random accesses.
     """
     sig = types.void(arr, idx)
 
@@ -177,11 +177,13 @@ def cd_pass(
     slower: rows grouped the same way every epoch). Prefetching the label too took another ~20 %
     off a pass over 500k rows. Deeper pipelines (4/3/2) were slower.
 
-    This loop spells out ``row_bound``, ``row_dot`` and ``row_axpy`` instead of calling them:
-    numba inlines an ``inline="always"`` helper with its array arguments increfed and decrefed
-    around it (16 increfs and 29 decrefs were left inside this loop, atomic calls every row), and
-    a pass over 4M Criteo-like rows took 1.65-1.82 s with them against 1.32-1.47 s without
-    (single thread, same results bit for bit). Plain-``njit`` helpers were slower still (calls).
+    This loop spells out ``row_bound``, ``row_dot``, ``row_axpy`` and ``prefetch_row`` instead
+    of calling them: numba inlines an ``inline="always"`` helper with its array arguments
+    increfed and decrefed around it (16 increfs and 29 decrefs were left inside this loop, atomic
+    calls every row), and a pass over 4M Criteo-like rows took 1.65-1.82 s with them against
+    1.32-1.47 s without (single thread, same results bit for bit). Plain-``njit`` helpers were
+    slower still (calls), and ``forceinline=True`` ones kept the refcount calls. The in-order
+    kernels below keep the helpers: there the refcounting stays out of the row loop.
     The scalar math, ``row_update``, has no arrays and stays shared with the GPU.
     """
     bias2 = bias * bias
