@@ -178,8 +178,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=4_000_000, help="rows for maker and reader")
     p.add_argument("--tsv-rows", type=int, default=1_000_000, help="rows for the converter")
-    p.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    p.add_argument("--dir", default=None, help="scratch directory, made if missing (default: temp)")
     args = p.parse_args()
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as work:
         base = bench_maker(args.rows, work)
         bench_reader(base, work)
