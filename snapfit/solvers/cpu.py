@@ -12,8 +12,6 @@ so one compiled specialization serves one-hot and valued data alike.
 
 from __future__ import annotations
 
-from math import exp
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -28,6 +26,7 @@ _math = dual.compile_with(_inline)
 row_update = _math.row_update
 unpack_alpha = _math.unpack_alpha
 row_terms = _math.row_terms
+alpha_at_margin = _math.alpha_at_margin
 
 
 @intrinsic
@@ -306,33 +305,18 @@ def alpha_from_margins(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, w, alpha,
 ):  # fmt: skip
-    """Warm start: ``a_i = C_i / (1 + exp(m_i))``, the dual point that the optimality conditions
-    pair with ``w`` (``m_i = y_i w.x_i``). If ``w`` is the optimum of this data, so is ``w(a)``.
-    Both ``a`` and ``C - a`` are formed from the margin directly, so neither loses digits.
-    """
+    """Warm start: ``a_i = C_i / (1 + exp(m_i))`` (``dual.alpha_at_margin``), the dual point
+    that the optimality conditions pair with ``w`` (``m_i = y_i w.x_i``). If ``w`` is the
+    optimum of this data, so is ``w(a)``."""
     n = len(indptr) - 1
     for i in range(n):
         if i + 2 < n:
             prefetch_row(indptr, indices, w, i + 2)
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
-        if c <= 0.0:
-            alpha[i] = 0.0
-            continue
-        dot = row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
-        m = y[i] * dot
-        # a = c * sigmoid(-m), c - a = c * sigmoid(m), both strictly inside (0, c) unless they
-        # underflow; keep the packed value away from exact 0 (which means "not started").
-        if m >= 0.0:
-            e = exp(-m)
-            a = c * e / (1.0 + e)
-            ca = c / (1.0 + e)
-        else:
-            e = exp(m)
-            a = c / (1.0 + e)
-            ca = c * e / (1.0 + e)
-        a = max(a, 1e-300)
-        ca = max(ca, 1e-300)
-        alpha[i] = a if a <= ca else -ca
+        m = 0.0
+        if c > 0.0:
+            m = y[i] * row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
+        alpha[i] = alpha_at_margin(m, c)
 
 
 @njit(nogil=True, cache=True)

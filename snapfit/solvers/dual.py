@@ -141,6 +141,24 @@ def row_update(q, b, s, c):
     return pack_alpha(new_a, new_ca), delta, gap, ent_new
 
 
+def alpha_at_margin(m, c):
+    """Packed ``a = C / (1 + exp(m))``: the dual point the optimality conditions pair with a
+    margin ``m = y_i w.x_i`` (a warm start). ``a`` and ``C - a`` are both formed from the margin
+    directly, so neither loses digits, and both are kept off exact 0 (which means "not
+    started"); rows with ``c <= 0`` get 0."""
+    if c <= 0.0:
+        return 0.0
+    if m >= 0.0:
+        e = exp(-m)
+        a = c * e / (1.0 + e)
+        ca = c / (1.0 + e)
+    else:
+        e = exp(m)
+        a = c / (1.0 + e)
+        ca = c * e / (1.0 + e)
+    return pack_alpha(max(a, 1e-300), max(ca, 1e-300))
+
+
 def softplus_neg(m):
     """``log(1 + exp(-m))`` without overflow for any margin ``m``."""
     if m > 0.0:
@@ -185,6 +203,7 @@ _SCALAR_FUNCTIONS = (
     "unpack_alpha",
     "pack_alpha",
     "row_update",
+    "alpha_at_margin",
     "softplus_neg",
     "row_loss",
     "row_dual_entropy",

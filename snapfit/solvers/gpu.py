@@ -27,7 +27,11 @@ from __future__ import annotations
 
 from numba import cuda, float64
 
+from snapfit.gpu import simulator
 from snapfit.solvers import dual
+
+if simulator.simulated():
+    simulator.lock_shared()  # see snapfit.gpu.simulator: the simulator's shared arrays race
 
 # Device functions are inlined at Numba-IR level: besides saving the call, this compiles them as
 # part of each kernel, so ``compile_ptx`` for a chosen ``cc`` needs no GPU (a separately compiled
@@ -40,6 +44,8 @@ MAX_BLOCK = 256
 _math = dual.compile_with(_device)
 row_update = _math.row_update
 row_terms = _math.row_terms
+unpack_alpha = _math.unpack_alpha
+alpha_at_margin = _math.alpha_at_margin
 
 
 @_device
@@ -209,6 +215,58 @@ def chunk_objective(
 
 
 @cuda.jit
+def warm_start(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, w0, from_margins, alpha, w, team,
+):  # fmt: skip
+    """``w += sum_i a_i y_i x_i`` over the chunk (``cpu.accumulate_w``), after setting each
+    ``alpha_i`` from its margin at ``w0`` (``cpu.alpha_from_margins``) when ``from_margins``.
+
+    For chunks born on the device (CuPy input): a warm start, or ``w(alpha)`` after ``alpha``
+    was uploaded from a checkpoint. Rows go in index order, one per team.
+    """
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    d = w.shape[0] - 1
+    n = indptr.shape[0] - 1
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    for it in range(n_iter):
+        i = first + it * stride
+        c = 0.0
+        lo = 0
+        hi = 0
+        if i < n:
+            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+            if c > 0.0:
+                lo = indptr[i]
+                hi = indptr[i + 1]
+        x = 0.0
+        if from_margins:
+            x = partial_dot(lo, hi, lane, team, indices, values, has_values, w0)
+            if lane == 0 and c > 0.0:
+                x += w0[d] * bias
+        dot = team_sum(sh, team, x)
+        step = 0.0
+        if c > 0.0:
+            yi = float(y[i])
+            s = alpha[i]
+            if from_margins:
+                s = alpha_at_margin(yi * dot, c)
+            a, _ = unpack_alpha(s, c)
+            step = a * yi
+            if lane == 0:
+                alpha[i] = s
+                if bias != 0.0:
+                    cuda.atomic.add(w, d, step * bias)
+        if step != 0.0:
+            if has_values:
+                for k in range(lo + lane, hi, team):
+                    cuda.atomic.add(w, indices[k], step * float(values[k]))
+            else:
+                for k in range(lo + lane, hi, team):
+                    cuda.atomic.add(w, indices[k], step)
+
+
+@cuda.jit
 def decision_function(indptr, indices, values, has_values, coef, intercept, team, out):
     """``out[i] = coef . x_i + intercept`` for a CSR block on the device (prediction)."""
     sh = cuda.shared.array(MAX_BLOCK, float64)
@@ -278,6 +336,7 @@ def choose_team(mean_nnz: float, block: int) -> int:
 KERNELS = {
     "cd_pass": cd_pass,
     "chunk_objective": chunk_objective,
+    "warm_start": warm_start,
     "decision_function": decision_function,
     "row_sqnorms": row_sqnorms,
 }
@@ -303,6 +362,9 @@ def ptx_signatures():
         )
         sigs.setdefault("chunk_objective", []).append(
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64)
+        )
+        sigs.setdefault("warm_start", []).append(
+            chunk + (t.float64,) * 3 + (f64, t.boolean, f64, f64, t.int64)
         )
         sigs.setdefault("decision_function", []).append(
             (i64, i32, vals, t.boolean, f64, t.float64, t.int64, f64)

@@ -1,0 +1,46 @@
+"""``snapfit.gpu.simulator.lock_shared``: one shared array per block and call site, however
+the simulated threads of a block interleave (numba's own lookup races; see the module)."""
+
+import threading
+import time
+
+import numpy as np
+from numba import float64
+from numba.cuda.simulator import kernelapi
+
+import snapfit.solvers.gpu  # noqa: F401 - importing the kernels installs the fix
+
+
+def _allocate_from_threads(array, monkeypatch, n=8):
+    """``array(shared, 4, float64)`` from ``n`` threads started together, on one call line,
+    with the allocation slowed down so that every thread is inside it at once."""
+    real_empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(0.02)
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    shared = kernelapi.FakeCUDAShared(0)
+    start = threading.Barrier(n)
+    got = [None] * n
+
+    def thread(i):
+        start.wait()
+        got[i] = array(shared, 4, float64)  # the one call site of every thread
+
+    threads = [threading.Thread(target=thread, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.undo()
+    return {id(a) for a in got}
+
+
+def test_the_patched_lookup_gives_every_thread_the_same_array(monkeypatch):
+    patched = kernelapi.FakeCUDAShared.array
+    assert patched.snapfit_locked  # installed when snapfit.solvers.gpu was imported
+    assert len(_allocate_from_threads(patched, monkeypatch)) == 1
+    # numba's own lookup, under the same interleaving, hands out several "shared" arrays
+    assert len(_allocate_from_threads(patched.unlocked, monkeypatch)) > 1
