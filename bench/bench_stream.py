@@ -36,57 +36,47 @@ import numpy as np
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
 from snapfit.datasets.criteo_like import make_criteo_like_parquet
-from snapfit.engine import Problem
-from snapfit.engine.loop import Trainer
+from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.engine.source import ResidentSource
+from snapfit.engine.state import DualState
 from snapfit.engine.workers import plan_epoch
 from snapfit.stream import StreamSource
 from snapfit.stream.choose import resident_peak_nbytes
+from snapfit.train import make_trainer
 
 
-class _Assembled:
-    """One epoch's chunks held in memory, served as a source and a dual state."""
+class _Assembled(InMemorySource):
+    """One epoch's chunks copied out of the streaming source, with their rows' norms and
+    alpha: the compute-only reference, trained on with the same plan."""
 
     def __init__(self, src: StreamSource, order):
-        self.n_features, self.n_chunks = src.n_features, src.n_chunks
-        self.chunk_rows, self.chunk_nnz = src.chunk_rows, src.chunk_nnz
-        self.io_wait, self.n_rows = 0.0, src.state.n_rows
-        self.live = {}
+        chunks, self._sq, self._alpha = [None] * src.n_chunks, {}, {}
         for k, chunk in src.epoch(order):
             live = src._live[k]
-            arrays = [None if a is None else a.copy() for a in chunk]
-            self.live[k] = (type(chunk)(*arrays), live.sqnorm.copy(), live.alpha.copy())
+            chunks[k] = type(chunk)(*[None if a is None else a.copy() for a in chunk])
+            self._sq[k], self._alpha[k] = live.sqnorm.copy(), live.alpha.copy()
             src.release(k)
+        super().__init__(chunks, src.n_features)
 
-    def epoch(self, order):
-        for k in order:
-            yield k, self.live[k][0]
-
-    def update_gaps(self, gaps):
-        pass
-
-    def alpha_of(self, k):
-        return self.live[k][2]
-
-    def sqnorm_of(self, k, chunk, *scratch):
-        return self.live[k][1]
-
-    def release(self, k):
-        pass
-
-    def close(self):
-        pass
+    def make_state(self) -> DualState:
+        state = DualState([c.n_rows for c in self.chunks])
+        for k in range(self.n_chunks):
+            lo, hi = state.offsets[k], state.offsets[k + 1]
+            state.alpha[lo:hi], state.sqnorm[lo:hi] = self._alpha[k], self._sq[k]
+            state.has_sqnorm[k] = True
+        return state
 
 
 def overlap(src: StreamSource, problem: Problem, epochs: int) -> dict:
-    tr = Trainer(src, problem, state=src.make_state())
+    devices = Devices(n_cpu=2)
+    tr = make_trainer(src, problem, devices)
     stream, compute, reads, waits = [], [], [], []
     try:
         for _ in range(epochs):
             rng = np.random.default_rng([problem.seed, tr.epoch, 2**31 - 2])
             order, _ = plan_epoch(tr.nnz, tr.k, rng)  # the order run_epoch will draw
             pre = _Assembled(src, order)
-            ref = Trainer(pre, problem, state=pre)
+            ref = make_trainer(pre, problem, devices)
             ref.w[:], ref.epoch, ref.nnz = tr.w, tr.epoch, tr.nnz  # same plan and start
             compute.append(ref.run_epoch().seconds)
             ref.close()
@@ -141,12 +131,12 @@ def main():
     res = {"rows": ds.n_rows, "nnz": ds.nnz, "n_features": ds.n_features,
            "decoded_MB": decoded / 1e6, "budget_MB": budget / 1e6}  # fmt: skip
 
-    problem = Problem(n_features=ds.n_features, c_pos=a.C, c_neg=a.C, n_jobs=2, seed=0)
+    problem = Problem(n_features=ds.n_features, c_pos=a.C, c_neg=a.C, seed=0)
     with StreamSource(ds, budget, n_jobs=2, chunk_rows=a.chunk_rows, mode=a.mode) as src:
         res.update(mode=src.mode, ingest_s=src.cache.ingest_seconds, plan=src.plan.describe(),
                    minimum_budget_MB=src.plan.minimum / 1e6, n_chunks=src.n_chunks)  # fmt: skip
         res.update(overlap(src, problem, a.epochs))
-    tr = Trainer(ResidentSource(ds), problem)
+    tr = make_trainer(ResidentSource(ds), problem, Devices(n_cpu=2))
     res["all_resident_epoch_s"] = statistics.median(tr.run_epoch().seconds for _ in range(3))
     tr.close()
     if not a.skip_ttt:

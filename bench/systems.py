@@ -106,27 +106,26 @@ def _snapfit_source(spec, X, y):
     from snapfit.inputs import csr_chunks
 
     if spec["system"] == "snapfit-ooc":
-        src = _stream_source(spec)
-        return src, src.make_state()
+        return _stream_source(spec)
     y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1]), None
+    return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
 
 
 def run_snapfit(spec, X, y) -> dict:
-    """The estimator's path (``estimator._fit_source``) with an epoch hook that keeps ``w``."""
-    from snapfit.engine import Problem, Trainer
-    from snapfit.engine import fit as engine_fit
+    """The estimator's path (``snapfit.train.train``) with an epoch hook that keeps ``w``."""
+    from snapfit.engine import Devices, Problem
+    from snapfit.train import train
 
     _warm_numba()
     C, keep = spec["C"], spec["mode"] == "curve"
     snaps, times, hook = [], [], [0.0]
     t0 = time.perf_counter()
-    source, state = _snapfit_source(spec, X, y)
+    source = _snapfit_source(spec, X, y)
+    source_kind = type(source).__name__
     problem = Problem(
         n_features=source.n_features, c_pos=C, c_neg=C, bias=1.0, tol=spec.get("tol", 1e-4),
-        max_iter=spec.get("max_iter", 1000), n_jobs=spec["n_jobs"], seed=_seed0(),
+        max_iter=spec.get("max_iter", 1000), seed=_seed0(),
     )  # fmt: skip
-    tr = Trainer(source, problem, state=state)
 
     def cb(rec, w):
         h0 = time.perf_counter()
@@ -136,11 +135,7 @@ def run_snapfit(spec, X, y) -> dict:
         hook[0] += time.perf_counter() - h0
         return rec.epoch >= spec.get("stop_epoch", 10**9)
 
-    try:
-        res = engine_fit(source, problem, trainer=tr, callbacks=[cb])
-    finally:
-        tr.close()
-        getattr(source, "close", lambda: None)()
+    res = train(source, problem, devices=Devices(n_cpu=spec["n_jobs"]), callbacks=[cb])
     fit_s = time.perf_counter() - t0 - hook[0]
     hist = [r.as_dict() for r in res.history]
     out = _common(fit_s, res.n_iter, res.w[:-1], float(res.w[-1]))
@@ -150,7 +145,7 @@ def run_snapfit(spec, X, y) -> dict:
         primal_reported=hist[-1]["primal"], rel_gap=hist[-1]["rel_gap"],
         gap_exact=hist[-1]["exact"], epoch_times=times, history=hist,
     )  # fmt: skip
-    out["source"] = type(source).__name__
+    out["source"] = source_kind
     if spec["system"] == "snapfit-ooc":
         out["budget_used"] = _BUDGET_USED[spec["set"]]
     out["_snaps"] = snaps

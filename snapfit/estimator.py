@@ -22,26 +22,26 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
-from snapfit.engine import InMemorySource, Problem, fit
-from snapfit.engine.checkpoint import (
-    Checkpointer,
-    arrays_fingerprint,
-    dataset_fingerprint,
-    problem_params,
-    source_layout,
-)
-from snapfit.gpu import interop, resolve_device
+from snapfit.engine.source import InMemorySource
+from snapfit.gpu import interop
 from snapfit.inputs import (
     as_dataset,
     binary_labels,
     class_bounds,
     csr_chunks,
     model_callback,
-    resolve_n_jobs,
     rows_key,
+    weighted_counts,
 )
 from snapfit.solvers import cpu
-from snapfit.stream.choose import source_for_dataset
+from snapfit.train import (
+    Checkpoints,
+    Warm,
+    open_dataset,
+    resolve_budget,
+    resolve_devices,
+    train,
+)
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -64,8 +64,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     max_iter : int, default=100
         Maximum number of epochs (passes over the data).
     device : {"auto", "cpu", "gpu"}, default="auto"
+        "gpu" trains on GPUs (``device_ids``) with any remaining ``n_jobs`` threads taking the
+        residue on the CPU; "auto" uses a GPU when a real one is present (CuPy input: always).
     n_jobs : int or None
-        CPU threads; each solves its share of the rows on its own copy of ``w`` (CoCoA+).
+        Host threads (None: 1, -1: all cores); each is a CoCoA+ unit solving its share of the
+        rows on its own copy of ``w``. With GPUs, each GPU takes one of them to drive it.
+    device_ids : list of int or None
+        GPUs to train on with ``device="gpu"``, one unit each (Snap ML's name); None: ``[0]``.
     memory_budget : int, str or None
         Bytes of host memory for fits from Parquet (e.g. ``"2GB"``, ``"512MB"``). Data that
         does not fit is streamed from a raw cache in ``$SNAPFIT_TMPDIR`` (see
@@ -114,6 +119,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "device": [StrOptions({"auto", "cpu", "gpu"})],
         "n_jobs": [Integral, None],
+        "device_ids": ["array-like", None],
         "memory_budget": [Interval(Integral, 1, None, closed="left"), str, None],
         "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
@@ -134,6 +140,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         max_iter=100,
         device="auto",
         n_jobs=None,
+        device_ids=None,
         memory_budget=None,
         chunk_rows=None,
         random_state=None,
@@ -150,6 +157,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.device = device
         self.n_jobs = n_jobs
+        self.device_ids = device_ids
         self.memory_budget = memory_budget
         self.chunk_rows = chunk_rows
         self.random_state = random_state
@@ -179,153 +187,140 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self._validate_params()
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
-        self._fit_options = {"resume": bool(resume), "callbacks": list(callbacks)}
-        dataset = as_dataset(X)
-        if dataset is not None:
-            return self._fit_dataset(dataset, y, sample_weight)
-        if interop.is_device_input(X):
-            return self._fit_device(X, y, sample_weight)
-        X, y = validate_data(
-            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
-        )
-        classes, y_pm = binary_labels(y)
-        self.classes_ = classes
-        weight = None
-        if sample_weight is not None:
-            weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-            weight = weight.astype(np.float32)
-        c_neg, c_pos = class_bounds(self.C, self.class_weight, classes, y, weight)
-        X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
-        source = InMemorySource(csr_chunks(X, y_pm, weight, self.chunk_rows), X.shape[1])
-        return self._fit_source(source, c_neg=c_neg, c_pos=c_pos, rows_id=rows_key(y_pm, weight))
-
-    def _fit_device(self, X, y, sample_weight):
-        """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
-        labels and weights (n values) come to the host. Trains on the GPU alone."""
-        if self.device == "cpu":
+        on_device = interop.is_device_input(X)
+        if on_device and self.device == "cpu":
             raise ValueError(
                 "X is a GPU array but device='cpu'; use device='gpu' or 'auto', or copy X to "
                 "the host (e.g. X.get())."
             )
+        # Resolved once here, passed down as numbers.
+        devices = resolve_devices("gpu" if on_device else self.device, self.n_jobs,
+                                  self.device_ids)  # fmt: skip
+        seed, bias = self._seed(), self._bias()
+        rows_id = None
+        dataset = as_dataset(X)
+        if dataset is not None:
+            source, counts = self._dataset_source(dataset, y, sample_weight, devices, seed)
+        elif on_device:
+            source, counts = self._device_source(X, y, sample_weight)
+        else:
+            source, counts, rows_id = self._array_source(X, y, sample_weight)
+        d = source.n_features
+        c_neg, c_pos = self._class_bounds(counts)
+        problem = self._problem(d, c_neg, c_pos, seed, bias)
+        user = [model_callback(cb, d, bias) for cb in callbacks]
+        result = train(
+            source, problem, devices=devices,
+            warm=self._warm(source, c_pos, c_neg, bias, rows_id),
+            checkpoint=self._checkpoints(resume),
+            callbacks=([self._print_epoch] if self.verbose else []) + user,
+        )  # fmt: skip
+        self._dual = (result.alpha, c_pos, c_neg, rows_id)
+        history = [rec.as_dict() for rec in result.history]
+        return self._keep(result.w, result.n_iter, result.converged, history, bias, "epochs")
+
+    def _array_source(self, X, y, sample_weight):
+        X, y = validate_data(
+            self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
+        )
+        self.classes_, y_pm = binary_labels(y)
+        weight = None
+        if sample_weight is not None:
+            weight = _check_sample_weight(sample_weight, X, dtype=np.float64).astype(np.float32)
+        X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
+        chunks = csr_chunks(X, y_pm, weight, self.chunk_rows)
+        source = InMemorySource(chunks, X.shape[1])
+        return source, weighted_counts(y_pm, weight), rows_key(y_pm, weight)
+
+    def _device_source(self, X, y, sample_weight):
+        """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
+        labels and weights (n values) come to the host. Trains on GPUs alone."""
         y = interop.to_host(y)
-        classes, y_pm = binary_labels(y)
-        self.classes_ = classes
+        self.classes_, y_pm = binary_labels(y)
         weight = None
         if sample_weight is not None:
             weight = interop.to_host(sample_weight).astype(np.float32)
-        c_neg, c_pos = class_bounds(self.C, self.class_weight, classes, y, weight)
         chunk, d = interop.device_chunk(X, y_pm, weight)
         self.n_features_in_ = d
-        source = interop.DeviceSource([chunk], d)
-        return self._fit_source(source, c_neg=c_neg, c_pos=c_pos)
+        return interop.DeviceSource([chunk], d), weighted_counts(y_pm, weight)
 
-    def _fit_dataset(self, dataset, y, sample_weight):
+    def _dataset_source(self, dataset, y, sample_weight, devices, seed):
         if y is not None or sample_weight is not None:
             raise ValueError(
                 "Parquet input carries its labels and weights in its 'label' and 'weight' "
                 "columns; call fit(path) without y and sample_weight."
             )
         check_two_classes(dataset)
-        n_neg, n_pos = dataset.label_counts()
         self.classes_ = np.array([0, 1])
         self.n_features_in_ = dataset.n_features
-        if self.class_weight == "balanced":
-            n = n_neg + n_pos
-            cw = (n / (2.0 * n_neg), n / (2.0 * n_pos))
-        else:
-            cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in (0, 1))
-        source = source_for_dataset(
-            dataset,
-            memory_budget=self.memory_budget,
-            n_jobs=resolve_n_jobs(self.n_jobs),
-            chunk_rows=self.chunk_rows,
-        )
-        self._fit_options["data_fingerprint"] = lambda: dataset_fingerprint(dataset)
-        try:
-            return self._fit_source(source, c_neg=self.C * cw[0], c_pos=self.C * cw[1])
-        finally:
-            getattr(source, "close", lambda: None)()
+        source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
+                              devices=devices, chunk_rows=self.chunk_rows, seed=seed)  # fmt: skip
+        return source, dataset.label_counts()
 
-    def _fit_source(self, source, *, c_neg: float, c_pos: float, rows_id: str | None = None):
-        # "gpu" without a GPU is a ResourceError; "auto" falls back to the CPU with one log line.
-        device = resolve_device(self.device)
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
-        problem = Problem(
-            n_features=source.n_features,
-            c_pos=float(c_pos),
-            c_neg=float(c_neg),
-            bias=bias,
-            tol=float(self.tol),
-            max_iter=int(self.max_iter),
-            n_jobs=resolve_n_jobs(self.n_jobs),
-            seed=seed,
-        )
-        warm_w, warm_alpha = self._warm_start_point(source, c_pos, c_neg, bias, rows_id)
-        # Per-call options of fit(); popped so the fitted estimator keeps no closures.
-        options = self.__dict__.pop("_fit_options", {})
-        callbacks = [self._print_epoch] if self.verbose else []
-        d = source.n_features
-        callbacks += [model_callback(cb, d, bias) for cb in options.get("callbacks", [])]
-        checkpoint = self._checkpointer(source, problem, options)
-        state = source.make_state() if hasattr(source, "make_state") else None
-        trainer = None
-        if device == "gpu":
-            from snapfit.gpu import make_trainer
+    # -- what both doors (this one and the Dask one) share ---------------------------------
+    def _seed(self) -> int:
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
 
-            warm = warm_w
-            if warm is None and warm_alpha is not None:  # the GPU node warm-starts from w
-                warm = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
-            trainer = make_trainer(source, problem, warm_w=warm)
-        try:
-            result = fit(
-                source, problem, warm_w=warm_w, warm_alpha=warm_alpha, callbacks=callbacks,
-                trainer=trainer, state=state, checkpoint=checkpoint,
-            )  # fmt: skip
-        finally:
-            if trainer is not None:
-                trainer.close()
-        self._dual = (result.alpha, float(c_pos), float(c_neg), rows_id)
-        self.coef_ = result.w[:d].reshape(1, d).copy()
-        self.intercept_ = np.array([result.w[d] * bias])
-        self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
-        self.history_ = [rec.as_dict() for rec in result.history]
-        if not result.converged:
+    def _bias(self) -> float:
+        return float(self.intercept_scaling) if self.fit_intercept else 0.0
+
+    def _class_bounds(self, counts) -> tuple[float, float]:
+        """``(C-, C+)``: ``C`` times each class's weight (``classes_[1]`` is the positive
+        class); "balanced" from the (weighted) label counts ``(n_neg, n_pos)``."""
+        return class_bounds(self.C, self.class_weight, self.classes_, counts)
+
+    def _problem(self, n_features: int, c_neg: float, c_pos: float, seed: int, bias: float):
+        from snapfit.engine import Problem
+
+        return Problem(n_features=n_features, c_pos=float(c_pos), c_neg=float(c_neg), bias=bias,
+                       tol=float(self.tol), max_iter=int(self.max_iter), seed=seed)  # fmt: skip
+
+    def _warm_w(self, n_features: int, bias: float) -> np.ndarray | None:
+        """The previous fit's ``w`` (intercept weight last) when warm starting on as many
+        features; else None."""
+        if not (self.warm_start and hasattr(self, "coef_")):
+            return None
+        if self.coef_.shape[1] != n_features:
+            return None
+        return np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+
+    def _warm(self, source, c_pos, c_neg, bias, rows_id) -> Warm | None:
+        """The previous fit's dual variables when the rows are the same (labels and weights),
+        scaled into the new bounds; else the dual point paired with the previous ``coef_``."""
+        w = self._warm_w(source.n_features, bias)
+        if w is None:
+            return None
+        prev = getattr(self, "_dual", None)
+        if prev is not None and prev[0] is not None and rows_id is not None and prev[3] == rows_id:
+            alpha, old_pos, old_neg, _ = prev
+            y_pos = np.concatenate([c.y for c in source.chunks]) > 0
+            # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r
+            return Warm(alpha=alpha * np.where(y_pos, c_pos / old_pos, c_neg / old_neg))
+        return Warm(w=w)
+
+    def _checkpoints(self, resume: bool) -> Checkpoints | None:
+        if self.checkpoint_dir is None:
+            return None
+        return Checkpoints(os.fspath(self.checkpoint_dir), every=int(self.checkpoint_every),
+                           resume=bool(resume))  # fmt: skip
+
+    def _keep(self, w, n_iter: int, converged: bool, history: list[dict], bias: float, unit: str):
+        """The fitted attributes from a result (``w``: coefficients, intercept weight last);
+        a fit that stopped at ``max_iter`` warns with scikit-learn's ``ConvergenceWarning``."""
+        d = len(w) - 1
+        self.coef_ = np.asarray(w[:d]).reshape(1, d).copy()
+        self.intercept_ = np.array([w[d] * bias])
+        self.n_iter_ = np.array([n_iter], dtype=np.int32)
+        self.history_ = history
+        if not converged:
+            gap = history[-1]["rel_gap"] if history else float("nan")
             warnings.warn(
-                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} epochs "
-                f"(relative duality gap {result.history[-1].rel_gap:.3g}); increase max_iter.",
+                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} {unit} "
+                f"(relative duality gap {gap:.3g}); increase max_iter.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
         return self
-
-    def _checkpointer(self, source, problem, options: dict):
-        """A ``Checkpointer`` for ``checkpoint_dir`` with this fit's fingerprint, or None."""
-        if self.checkpoint_dir is None:
-            return None
-        data_fp = options.get("data_fingerprint")
-        data = data_fp() if data_fp else arrays_fingerprint(source.chunks)
-        resume = options.get("resume", False)
-        fingerprint = {"data": data, "params": problem_params(problem),
-                       "layout": source_layout(source)}  # fmt: skip
-        return Checkpointer(
-            self.checkpoint_dir, fingerprint, every=self.checkpoint_every, resume=resume
-        )
-
-    def _warm_start_point(self, source, c_pos, c_neg, bias, rows_id):
-        """The previous fit's dual variables when the rows are the same (labels and weights),
-        scaled into the new bounds; else the dual point paired with the previous ``coef_``."""
-        if not (self.warm_start and hasattr(self, "coef_")):
-            return None, None
-        if self.coef_.shape[1] != source.n_features:
-            return None, None
-        prev = getattr(self, "_dual", None)
-        if prev is not None and prev[0] is not None and rows_id is not None and prev[3] == rows_id:
-            alpha, old_pos, old_neg, _ = prev
-            y_pos = np.concatenate([source.chunks[k].y for k in range(source.n_chunks)]) > 0
-            # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r
-            return None, alpha * np.where(y_pos, c_pos / old_pos, c_neg / old_neg)
-        return np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0], None
 
     @staticmethod
     def _print_epoch(rec, w=None) -> None:

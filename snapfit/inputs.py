@@ -1,7 +1,7 @@
 """What ``fit`` accepts, turned into what the engine takes: chunks, ±1 labels, weights.
 
-Kept apart from the estimator so the door stays a door: array, Parquet, Table and device inputs
-each become a ``ChunkSource`` here, with scikit-learn's label and weight conventions.
+Kept apart from the estimators so the doors stay doors: labels, class bounds and chunks with
+scikit-learn's conventions, for the local and the Dask estimator alike.
 """
 
 from __future__ import annotations
@@ -11,21 +11,11 @@ import os
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
 from snapfit.data import Dataset
 from snapfit.data.chunk import Chunk
 from snapfit.data.table import TableDataset
-
-
-def resolve_n_jobs(n_jobs: int | None) -> int:
-    """scikit-learn's convention: None means 1, -1 all cores, -2 all but one."""
-    if n_jobs is None:
-        return 1
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return int(n_jobs)
 
 
 def binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
@@ -46,11 +36,29 @@ def binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
     return classes, np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
 
 
-def class_bounds(C: float, class_weight, classes, y, weight) -> tuple[float, float]:
-    """``(c_neg, c_pos)``: C times each class's weight. As scikit-learn (>= 1.6), "balanced"
-    counts each row with its sample weight."""
-    cw = compute_class_weight(class_weight, classes=classes, y=y, sample_weight=weight)
-    return C * float(cw[0]), C * float(cw[1])
+def weighted_counts(y_pm: np.ndarray, weight: np.ndarray | None) -> tuple[float, float]:
+    """``(n_neg, n_pos)``: the rows of each class, each counted with its sample weight."""
+    pos = y_pm > 0
+    if weight is None:
+        n_pos = int(pos.sum())
+        return len(y_pm) - n_pos, n_pos
+    w = weight.astype(np.float64)
+    return float(w[~pos].sum()), float(w[pos].sum())
+
+
+def class_bounds(C: float, class_weight, classes, counts) -> tuple[float, float]:
+    """``(c_neg, c_pos)``: ``C`` times the weight of ``classes[0]`` / ``classes[1]``.
+
+    "balanced" is scikit-learn's ``n / (2 n_c)`` over the label ``counts`` ``(n_neg, n_pos)``
+    (weighted by sample weight, as scikit-learn >= 1.6 counts them); a dict maps class labels
+    to weights (1 for a class it does not name).
+    """
+    if class_weight == "balanced":
+        n_neg, n_pos = (float(c) for c in counts)
+        n = n_neg + n_pos
+        return C * n / (2.0 * n_neg), C * n / (2.0 * n_pos)
+    cw = class_weight or {}
+    return C * float(cw.get(classes[0], 1.0)), C * float(cw.get(classes[1], 1.0))
 
 
 def csr_chunks(X: sp.csr_matrix, y_pm, weight, chunk_rows: int | None) -> list[Chunk]:

@@ -151,26 +151,24 @@ THETA_MIN = 1.0 / 64
 class _Round:
     """Bookkeeping of one fit on the driver (one instance per fit; unique keys per fit)."""
 
-    def __init__(self, client, inp, *, timeout: float, n_jobs: int | None, tree_above: int,
+    def __init__(self, client, inp, *, timeout: float, tree_above: int,
                  part_options: dict | None = None):  # fmt: skip
         self.client, self.inp, self.timeout = client, inp, float(timeout)
-        self.n_jobs, self.tree_above = n_jobs, tree_above
+        self.tree_above = tree_above
         self.part_options = dict(part_options or {})
         self.fit_id = uuid.uuid4().hex[:12]
         self.gen = -1
         self.futs: dict[str, object] = {}  # address -> actor future (keeps the actor alive)
         self.actors: dict[str, object] = {}
         self.assign: dict[str, list[int]] = {}
-        self.threads: dict[str, int] = {}
         self.infos: dict[str, dict] = {}
         self.parts_log: list[dict] = []
 
     # -- parts -----------------------------------------------------------------------------
-    def create(self, assign: dict[str, list[int]], threads: dict[str, int]) -> dict[str, dict]:
+    def create(self, assign: dict[str, list[int]]) -> dict[str, dict]:
         """Start a new generation of ``Part`` actors (one per worker); return their info."""
         old = dict(self.futs)
         self.gen += 1
-        self.threads = {a: threads[a] for a in assign}
         futs = {}
         for i, (addr, ids) in enumerate(sorted(assign.items())):
             inherit = old[addr].key if addr in old else None
@@ -180,7 +178,6 @@ class _Round:
                 self.inp.payload(ids),
                 ids,
                 inherit,
-                n_jobs=self.units(addr),
                 **self.part_options,
                 actor=True,
                 workers=[addr],
@@ -222,7 +219,8 @@ class _Round:
         return wait_all(self.client, calls, timeout=self.timeout, what=what)
 
     def units(self, addr: str) -> int:
-        return max(1, int(self.n_jobs or self.threads[addr]))
+        """The CoCoA+ units a part runs: its GPUs and CPU threads (resolved on its worker)."""
+        return int(self.infos[addr]["units"])
 
     def scales(self) -> dict[str, float]:
         """``s_k = n / n_k`` per part: sum_k 1/s_k = 1, the CoCoA+-safe split of sigma'."""
@@ -231,13 +229,12 @@ class _Round:
         return {a: n / max(1, m) for a, m in rows.items()}
 
     def problems(self, base: Problem) -> dict[str, tuple[Problem, float]]:
-        """Each part's problem and scale: its own threads and seed, sigma' = threads * s_k (the
-        units of all workers, n_jobs * K, when the shares are equal)."""
+        """Each part's problem and scale: its own seed, sigma' = units * s_k (the units of all
+        workers when the shares are equal)."""
         out = {}
         for i, (addr, s) in enumerate(sorted(self.scales().items())):
             seed = int(np.random.default_rng([base.seed, self.gen, i]).integers(2**31 - 1))
-            t = self.units(addr)
-            out[addr] = (replace(base, n_jobs=t, sigma=t * s, seed=seed), s)
+            out[addr] = (replace(base, sigma=self.units(addr) * s, seed=seed), s)
         return out
 
     def tree_sum(self, name: str, r: int) -> np.ndarray:
@@ -426,7 +423,7 @@ class Fit:
             "bytes_received": int(st["bytes_received"] + m["bytes_received"]),
         }
 
-    def recover(self, lost: WorkerLost, threads: dict[str, int]) -> str:
+    def recover(self, lost: WorkerLost) -> str:
         """Re-place the lost shares on the survivors and roll every part back to the
         checkpoint; return the event's description."""
         rd = self.rd
@@ -442,7 +439,7 @@ class Fit:
             assign = balance(rd.inp.sizes, survivors,
                              start={a: rd.assign[a] for a in survivors})  # fmt: skip
             try:
-                rd.create(assign, threads)
+                rd.create(assign)
                 self.begin()
                 return (f"lost {', '.join(lost.addresses)}; resumed from round "
                         f"{self.ckpt_round}")  # fmt: skip
@@ -457,7 +454,7 @@ def _create_first(rd: _Round, inp, threads: dict[str, int]) -> dict[str, dict]:
     for _ in range(len(threads)):
         alive = {a: t for a, t in threads.items() if a not in gone}
         try:
-            return rd.create(inp.place(alive), threads)
+            return rd.create(inp.place(alive))
         except WorkerLost as lost:
             gone |= set(lost.addresses)
             alive_now = alive_workers(rd.client, rd.timeout)
@@ -465,13 +462,31 @@ def _create_first(rd: _Round, inp, threads: dict[str, int]) -> dict[str, dict]:
     raise RuntimeError(f"workers {', '.join(sorted(gone))} were lost while loading the data")
 
 
+def _check_gpus(client, workers: list[str], timeout: float) -> None:
+    """``device="gpu"``: every worker must see a GPU; the error names those that do not."""
+    futs = {a: client.submit(_worker.has_gpu, workers=[a], allow_other_workers=False, pure=False)
+            for a in workers}  # fmt: skip
+    try:
+        has = wait_all(client, futs, timeout=timeout, what="looking for GPUs")
+    finally:
+        for f in futs.values():
+            f.release()
+    missing = [a for a in workers if not has[a]]
+    if missing:
+        raise ResourceError(
+            f"device='gpu' but worker(s) {', '.join(missing)} have no usable GPU (numba.cuda "
+            "finds none there); use device='cpu' or 'auto', or start the workers on GPU "
+            "machines (e.g. dask_cuda.LocalCUDACluster)."
+        )
+
+
 def train(
     client,
     inp,
     problem: Problem,
     *,
-    class_weights: Callable[[int, int], tuple[float, float]],
-    n_jobs: int | None = None,
+    class_weights: Callable[[tuple], tuple[float, float]],
+    units: dict | None = None,
     timeout: float = 600.0,
     checkpoint_every: int = 1,
     tree_above: int = 16,
@@ -484,22 +499,25 @@ def train(
 ) -> DaskFit:
     """Run rounds over the cluster until the exact relative gap is at most ``tol``.
 
-    ``problem`` carries everything but the class bounds (``class_weights(n_neg, n_pos)`` gives
-    ``(c_neg, c_pos)`` once the workers have counted their labels), the per-part threads and
-    sigma'. ``n_jobs`` threads per worker (None: the worker's own thread count);
-    ``memory_budget`` and ``chunk_rows`` apply to each worker's share; ``max_passes`` bounds the
-    engine passes of one part in one round; ``correction=False`` runs plain CoCoA+ rounds
-    (``theta = 0``, one engine pass each: for comparisons).
+    ``problem`` carries everything but the class bounds (``class_weights((n_neg, n_pos))``
+    gives ``(c_neg, c_pos)`` once the workers have counted their labels) and sigma'. ``units``
+    are the estimator's ``device``, ``n_jobs`` (None: each worker's own thread count) and
+    ``device_ids``, resolved on each worker; ``memory_budget`` and ``chunk_rows`` apply to each
+    worker's share; ``max_passes`` bounds the engine passes of one part in one round;
+    ``correction=False`` runs plain CoCoA+ rounds (``theta = 0``, one engine pass each: for
+    comparisons).
     """
     from snapfit.errors import DataError
 
-    options = {"memory_budget": memory_budget, "chunk_rows": chunk_rows}
-    rd = _Round(client, inp, timeout=timeout, n_jobs=n_jobs, tree_above=tree_above,
-                part_options=options)  # fmt: skip
+    units = dict(units or {"device": "cpu"})
+    options = {"units": units, "memory_budget": memory_budget, "chunk_rows": chunk_rows}
+    rd = _Round(client, inp, timeout=timeout, tree_above=tree_above, part_options=options)
     try:
         threads = alive_workers(client, timeout)
         if not threads:
             raise RuntimeError("the Dask cluster has no workers; start some or pass workers=N.")
+        if units.get("device") == "gpu":
+            _check_gpus(client, sorted(threads), timeout)
         infos = _create_first(rd, inp, threads)
         n_neg = sum(i["label_counts"][0] for i in infos.values())
         n_pos = sum(i["label_counts"][1] for i in infos.values())
@@ -508,7 +526,7 @@ def train(
                 f"{inp.name}: every label is {'positive' if n_pos else 'negative'} "
                 f"({n_neg + n_pos} rows); training needs both classes."
             )
-        c_neg, c_pos = class_weights(n_neg, n_pos)
+        c_neg, c_pos = class_weights((n_neg, n_pos))
         base = replace(problem, c_pos=float(c_pos), c_neg=float(c_neg))
         if not correction:
             max_passes = 1
@@ -524,7 +542,7 @@ def train(
                     break
                 rec = fit.round()
             except WorkerLost as lost:
-                event = fit.recover(lost, threads)
+                event = fit.recover(lost)
                 continue
             rec["event"], event = event, None
             history.append(rec)

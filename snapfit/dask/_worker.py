@@ -1,12 +1,13 @@
 """What runs on a Dask worker: one ``Part`` actor per worker and fit generation.
 
 The actor reads its own share of the data (Parquet row groups by id, or array blocks handed to
-its constructor by the scheduler) and owns an engine ``Trainer`` whose threads are this
-worker's units. A Parquet share is kept resident as ONE chunk when it fits the worker's memory
-budget (rows shuffled across the whole share every pass) and is otherwise streamed by the
-out-of-core engine (``snapfit.stream.StreamSource``) within that budget. Between rounds the
-data, the dual variables and the threads stay here; only vectors of ``n_features + 1``
-numbers travel.
+its constructor by the scheduler) and owns the node trainer of ``snapfit.train`` whose units
+are this worker's: its GPUs (``device="gpu"``) and CPU threads. Devices and the memory budget
+are resolved here, on the worker (the default budget from the worker's own ``memory_limit``).
+A Parquet share is kept resident when it fits that budget (rows shuffled across the whole
+share every pass) and is otherwise streamed by the out-of-core engine
+(``snapfit.stream.StreamSource``) within it. Between rounds the data, the dual variables and
+the units stay here; only vectors of ``n_features + 1`` numbers travel.
 
 A round asks two things of a part (see ``_driver`` for why):
 
@@ -28,9 +29,10 @@ import numpy as np
 
 from snapfit.dask import _kernels
 from snapfit.data.chunk import Chunk
-from snapfit.engine import InMemorySource, Problem, Trainer
-from snapfit.engine.source import concat_chunks
+from snapfit.engine import Devices, InMemorySource, Problem, Trainer
+from snapfit.engine.source import concat_chunks, split_rows
 from snapfit.solvers import cpu
+from snapfit.train import make_trainer, open_dataset, resolve_budget, resolve_devices
 
 #: Bytes per row a part keeps besides the engine's own: the saved alpha of the accepted point.
 EXTRA_BYTES_PER_ROW = 8
@@ -55,12 +57,17 @@ def share_of(dataset, ids: list[int]):
     return view
 
 
-def _budget(memory_budget) -> int:
-    from snapfit.stream.budget import default_memory_budget, parse_memory_budget
+def _devices(units: dict, worker) -> Devices:
+    """This worker's units: its GPUs and threads (``n_jobs`` None: the worker's own threads)."""
+    from snapfit.errors import ResourceError
 
-    if memory_budget is None:
-        return default_memory_budget()
-    return parse_memory_budget(memory_budget)
+    n_jobs = units.get("n_jobs")
+    try:
+        return resolve_devices(units.get("device", "cpu"),
+                               worker.state.nthreads if n_jobs is None else n_jobs,
+                               units.get("device_ids"))  # fmt: skip
+    except ResourceError as e:
+        raise ResourceError(f"worker {worker.address}: {e}") from None
 
 
 class Part:
@@ -72,8 +79,8 @@ class Part:
     them from, or the list of array blocks (resolved from futures by the scheduler). ``inherit``
     names an earlier ``Part`` of the same fit on this worker (after a lost worker a new
     generation starts) whose resident rows are reused instead of read again.
-    ``memory_budget`` / ``chunk_rows`` are the estimator's, applied to this worker's share;
-    ``n_jobs`` is the number of engine threads.
+    ``units`` are the estimator's ``device``, ``n_jobs`` and ``device_ids``, resolved here;
+    ``memory_budget`` / ``chunk_rows`` are the estimator's, applied to this worker's share.
     """
 
     def __init__(
@@ -83,7 +90,7 @@ class Part:
         ids: list[int],
         inherit: str | None = None,
         *,
-        n_jobs: int = 1,
+        units: dict,
         memory_budget=None,
         chunk_rows: int | None = None,
     ):
@@ -92,15 +99,19 @@ class Part:
         t0 = time.perf_counter()
         worker = get_worker()
         self.address = worker.address
+        self.devices = _devices(units, worker)
+        limit = worker.memory_manager.memory_limit
         old = worker.state.actors.get(inherit) if inherit else None
         kept = old.resident_rows() if old is not None else {}
         self.ids = list(ids)
         self.read: list = []  # what THIS part read from storage: (file, row group) or block id
         self.chunk: Chunk | None = None  # the resident share (None when streamed)
-        self.source = self.state = None
+        self.chunk_rows = chunk_rows
+        self.source = None
         self.mode = "resident"
         if kind == "parquet":
-            self._open_parquet(payload, kept, n_jobs, memory_budget, chunk_rows)
+            budget = resolve_budget(memory_budget, limit=limit)
+            self._open_parquet(payload, kept, budget, chunk_rows)
         else:
             chunks = []
             for j, k in enumerate(self.ids):
@@ -123,13 +134,13 @@ class Part:
         self.rows = [c.n_rows for c in chunks]
         self.chunk = concat_chunks(chunks)  # its source is made by start(), with n_features
 
-    def _open_parquet(self, dataset, kept, n_jobs, memory_budget, chunk_rows) -> None:
+    def _open_parquet(self, dataset, kept, budget: int, chunk_rows) -> None:
         from snapfit.stream.choose import resident_peak_nbytes
 
         share = share_of(dataset, self.ids)
         self.rows = [ref.n_rows for ref in share.chunks]
-        budget = _budget(memory_budget) - EXTRA_BYTES_PER_ROW * sum(self.rows)
-        if not share.files or resident_peak_nbytes(share, n_jobs) <= budget:
+        budget -= EXTRA_BYTES_PER_ROW * sum(self.rows)
+        if not share.files or resident_peak_nbytes(share, self.devices.n_units) <= budget:
             chunks = []
             for j, k in enumerate(self.ids):
                 if k in kept:
@@ -141,7 +152,6 @@ class Part:
             self._keep_resident(chunks)
             return
         from snapfit.errors import ResourceError
-        from snapfit.stream.source import StreamSource
 
         if budget <= 0:
             raise ResourceError(
@@ -149,7 +159,8 @@ class Part:
                 "rows; raise memory_budget or add workers."
             )
         self.mode = "stream"
-        self.source = StreamSource(share, budget, n_jobs=n_jobs, chunk_rows=chunk_rows)
+        self.source = open_dataset(share, budget=budget, devices=self.devices,
+                                   chunk_rows=chunk_rows)  # fmt: skip
         self.read = [(ref.file, ref.row_group) for ref in share.chunks]
 
     def resident_rows(self) -> dict[int, Chunk]:
@@ -179,33 +190,23 @@ class Part:
             "mode": self.mode,
             "label_counts": counts,
             "load_seconds": self.load_seconds,
+            "units": self.devices.n_units,
+            "gpus": len(self.devices.gpu_ids),
         }
 
     def _each_chunk(self, fn) -> None:
-        """``fn(chunk, alpha)`` for every chunk of the share, through the engine's source and
-        dual-state protocol (so streamed chunks come and go as in an engine pass)."""
-        src, state = self.source, self.trainer.state
-        release = getattr(src, "release", None)
+        """``fn(chunk, alpha)`` for every chunk of the share, through the source and its dual
+        state (so streamed chunks come and go as in a pass), with ``alpha`` brought home from
+        any device first."""
+        tr = self.trainer
+        tr.sync_alpha()
+        src, state = self.source, tr.state
         for k, chunk in src.epoch(list(range(src.n_chunks))):
             try:
                 fn(chunk, state.alpha_of(k))
             finally:
-                if release is not None:
-                    release(k)
+                src.release(k)
                 state.release(k)
-
-    def _alpha(self) -> np.ndarray:
-        state = self.trainer.state
-        out = np.empty(state.n_rows)
-        state.read_alpha(0, out)
-        return out
-
-    def _w_of_alpha(self) -> np.ndarray:
-        p = self.trainer.problem
-        out = np.zeros(p.n_features + 1)
-        self._each_chunk(lambda c, a: cpu.accumulate_w(*cpu.chunk_args(c), p.c_pos, p.c_neg,
-                                                       p.bias, a, out))  # fmt: skip
-        return out
 
     # -- the fit ---------------------------------------------------------------------------
     def start(
@@ -219,7 +220,7 @@ class Part:
     ) -> dict:
         """Build the trainer; return this part's ``w(alpha)`` and its ``alpha``.
 
-        ``problem.sigma`` is this part's threads times ``scale`` (``n / n_k``). Starting points:
+        ``problem.sigma`` is this part's units times ``scale`` (``n / n_k``). Starting points:
         zeros; ``alpha`` (a restored checkpoint; ``w`` is recomputed from it exactly, so the
         driver's sum is ``w(alpha)`` over all parts); or ``warm_w`` (the dual point paired
         with a previous model, ``Trainer.warm_start``).
@@ -227,22 +228,17 @@ class Part:
         if self.trainer is not None:
             self.trainer.close()  # closes its dual state too
         if self.chunk is not None:
-            self.source = InMemorySource([self.chunk], problem.n_features)
-        else:
-            self.state = self.source.make_state()
-        self.trainer = tr = Trainer(self.source, problem, state=self.state)
+            self.source = InMemorySource(split_rows(self.chunk, self.chunk_rows),
+                                         problem.n_features)  # fmt: skip
+        self.trainer = tr = make_trainer(self.source, problem, self.devices)
         self.scale = float(scale)
         self.saved = None
         tr.epoch = int(epoch)
         if alpha is not None:
-            tr.state.write_alpha(0, np.asarray(alpha, dtype=np.float64))
-            w = self._w_of_alpha()
+            tr.set_alpha(alpha)  # w(alpha) exactly: the driver's sum is w(alpha) of all parts
         elif warm_w is not None:
             tr.warm_start(np.asarray(warm_w, dtype=np.float64))
-            w = tr.w.copy()
-        else:
-            w = np.zeros(problem.n_features + 1)
-        return {"w": _pack(w), "alpha": self._alpha()}
+        return {"w": _pack(tr.w.copy()), "alpha": tr.alpha()}
 
     def measure(self, w, *, checkpoint: bool = False, keep: bool = False) -> dict:
         """The exact additive pieces of the objective at the global ``w`` and this share's
@@ -265,7 +261,7 @@ class Part:
         else:
             out["r"] = _pack(r)
         if checkpoint:
-            out["alpha"] = self._alpha()
+            out["alpha"] = self.trainer.alpha()
         out["seconds"] = time.perf_counter() - t0
         return out
 
@@ -293,10 +289,10 @@ class Part:
             if self.saved is None:
                 raise RuntimeError("step(revert=True) before any accepted point")
             alpha, w, r = self.saved
-            tr.state.write_alpha(0, alpha)
+            tr.write_alpha(alpha)
         else:
             w, r = self.w_measured, self.r
-            self.saved = (self._alpha(), w, r)
+            self.saved = (tr.alpha(), w, r)
         s = self.scale
         view = w + theta * (s * r - unpack(g)) if theta else w.copy()
         dw = np.zeros_like(w)
@@ -328,7 +324,6 @@ class Part:
             self.trainer = None
         if self.mode == "stream" and self.source is not None:
             self.source.close()
-        self.state = None
 
 
 def _pack(v: np.ndarray):
@@ -405,7 +400,7 @@ def warm() -> float:
     indptr = np.arange(0, 9, 2, dtype=np.int64)
     chunk = Chunk(indptr, np.array([0, 1, 1, 2, 0, 2, 1, 3], np.int32),
                   np.ones(8, np.float32), np.array([1, -1, 1, -1], np.float32), None)  # fmt: skip
-    tr = Trainer(InMemorySource([chunk], 4), Problem(n_features=4, sigma=2.0))
+    tr = make_trainer(InMemorySource([chunk], 4), Problem(n_features=4, sigma=2.0), Devices())
     try:
         tr.run_epoch()
         r = np.zeros(5)

@@ -7,17 +7,14 @@ import contextlib
 import os
 
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from snapfit.dask import _worker
 from snapfit.dask._driver import (
-    DaskFit,
     alive_workers,
     train,
     wait_all,
 )
-from snapfit.engine import Problem
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
 
@@ -32,14 +29,18 @@ class DaskLogisticRegression(LogisticRegression):
     """``snapfit.LogisticRegression`` trained on a Dask cluster; the same parameters plus
     ``client`` (None: ``distributed.get_client()``, the current client).
 
-    ``n_jobs`` is the threads per worker (None: each worker's own thread count); sigma' is the
-    sum over the workers. ``checkpoint_every`` is the rounds between alpha checkpoints the parts
-    send the driver (8 bytes per row each time): a lost worker costs at most that many rounds.
-    ``checkpoint_dir`` must be None (the checkpoint lives in the driver's memory).
-    ``memory_budget`` and ``chunk_rows`` apply per worker, to its share of Parquet input: the
-    share stays resident when it fits the budget and is streamed by the out-of-core engine
-    otherwise (None: half of the worker's available memory). ``device="gpu"`` raises a
-    ``ResourceError`` (naming the workers without a GPU): workers train on CPU threads only.
+    Every worker runs the node trainer of ``snapfit.train`` on its share: ``device``,
+    ``n_jobs`` and ``device_ids`` are resolved on each worker (``n_jobs`` None: the worker's
+    own thread count). ``device="gpu"`` trains on each worker's GPUs (``device_ids``, default
+    ``[0]``: the GPU a ``dask_cuda.LocalCUDACluster`` gives each worker) with the worker's
+    other threads taking the residue; a worker without a GPU is named in a ``ResourceError``.
+    sigma' is the sum of the units over the workers. ``checkpoint_every`` is the rounds between
+    alpha checkpoints the parts send the driver (8 bytes per row each time): a lost worker costs
+    at most that many rounds. ``checkpoint_dir`` must be None (the checkpoint lives in the
+    driver's memory). ``memory_budget`` and ``chunk_rows`` apply per worker, to its share of
+    Parquet input: the share stays resident when it fits the budget and is streamed by the
+    out-of-core engine otherwise (None: half of the worker's ``memory_limit``, or of its
+    available memory when it has no limit).
 
     ``fit`` takes Parquet paths (a file, directory, glob or list; labels inside) or a dask array
     ``X`` with a dask array or array-like ``y``. ``predict``, ``predict_proba`` and
@@ -64,6 +65,7 @@ class DaskLogisticRegression(LogisticRegression):
         max_iter=100,
         device="auto",
         n_jobs=None,
+        device_ids=None,
         memory_budget=None,
         chunk_rows=None,
         random_state=None,
@@ -82,6 +84,7 @@ class DaskLogisticRegression(LogisticRegression):
         self.max_iter = max_iter
         self.device = device
         self.n_jobs = n_jobs
+        self.device_ids = device_ids
         self.memory_budget = memory_budget
         self.chunk_rows = chunk_rows
         self.random_state = random_state
@@ -128,7 +131,6 @@ class DaskLogisticRegression(LogisticRegression):
                 "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
             )
         client = self._client()
-        _check_device(client, self.device, timeout)
         dataset = as_dataset(X) if not _is_dask_collection(X) else None
         if dataset is not None:
             if y is not None or sample_weight is not None:
@@ -150,26 +152,23 @@ class DaskLogisticRegression(LogisticRegression):
             )
         inp.timeout = timeout
         self.n_features_in_ = inp.n_features
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
-        problem = Problem(
-            n_features=inp.n_features, bias=bias, tol=float(self.tol),
-            max_iter=int(self.max_iter), seed=seed,
-        )  # fmt: skip
-        warm_w = None
-        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] == inp.n_features:
-            warm_w = np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+        bias = self._bias()
+        problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
         callbacks = [c for c in (on_round, self._print_round if self.verbose else None) if c]
+        units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids}
         result = train(
             client, inp, problem,
             class_weights=self._class_bounds,
-            n_jobs=None if self.n_jobs is None else _n_jobs(self.n_jobs),
-            timeout=timeout, checkpoint_every=int(self.checkpoint_every), tree_above=tree_above,
-            warm_w=warm_w, memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
+            units=units, timeout=timeout, checkpoint_every=int(self.checkpoint_every),
+            tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
+            memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
             max_passes=max_passes, correction=correction,
             on_round=(lambda rec: any([bool(c(rec)) for c in callbacks])) if callbacks else None,
         )  # fmt: skip
-        return self._keep(result, bias)
+        self.parts_ = result.parts
+        self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
+        return self._keep(result.w, result.n_iter, result.converged, result.history, bias,
+                          "rounds")  # fmt: skip
 
     def _array_input(self, client, X, y, sample_weight):
         import dask.array as da
@@ -187,37 +186,6 @@ class DaskLogisticRegression(LogisticRegression):
             )
         self.classes_ = classes
         return ArrayInput(client, X, y, sample_weight, classes)
-
-    def _class_bounds(self, n_neg: int, n_pos: int) -> tuple[float, float]:
-        """(C-, C+) from the workers' label counts (``classes_[1]`` is the positive class)."""
-        if self.class_weight == "balanced":
-            n = n_neg + n_pos
-            cw = (n / (2.0 * n_neg), n / (2.0 * n_pos))
-        else:
-            cw = tuple(float((self.class_weight or {}).get(c, 1.0)) for c in self.classes_)
-        return self.C * cw[0], self.C * cw[1]
-
-    def _keep(self, result: DaskFit, bias: float):
-        import warnings
-
-        from sklearn.exceptions import ConvergenceWarning
-
-        d = self.n_features_in_
-        self.coef_ = result.w[:d].reshape(1, d).copy()
-        self.intercept_ = np.array([result.w[d] * bias])
-        self.n_iter_ = np.array([result.n_iter], dtype=np.int32)
-        self.history_ = result.history
-        self.parts_ = result.parts
-        self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
-        if not result.converged:
-            gap = result.history[-1]["rel_gap"] if result.history else float("nan")
-            warnings.warn(
-                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} rounds "
-                f"(relative duality gap {gap:.3g}); increase max_iter.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        return self
 
     @staticmethod
     def _print_round(rec: dict) -> None:
@@ -296,12 +264,6 @@ def _lazy(X) -> bool:
     return _is_dask_collection(X) or _is_paths(X)
 
 
-def _n_jobs(n_jobs: int) -> int:
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return int(n_jobs)
-
-
 def _parquet_decision(dataset, coef, intercept):
     """A dask array with one block per row group, each read and scored by a worker."""
     import dask
@@ -338,33 +300,6 @@ def cluster_client(scheduler: str | None = None, n_workers: int | None = None, *
                            processes=True, dashboard_address=None)  # fmt: skip
     with cluster, Client(cluster, timeout=timeout) as client:
         yield client
-
-
-def _check_device(client, device: str, timeout: float) -> None:
-    """``device='gpu'`` fails with a clear message: naming the workers without a GPU, or else
-    saying that workers train on their CPU threads only."""
-    if device != "gpu":
-        return
-    from snapfit.errors import ResourceError
-
-    workers = sorted(alive_workers(client, timeout))
-    futs = {a: client.submit(_worker.has_gpu, workers=[a], allow_other_workers=False, pure=False)
-            for a in workers}  # fmt: skip
-    try:
-        has = wait_all(client, futs, timeout=timeout, what="looking for GPUs")
-    finally:
-        for f in futs.values():
-            f.release()
-    missing = [a for a in workers if not has[a]]
-    if missing:
-        raise ResourceError(
-            f"device='gpu' but worker(s) {', '.join(missing)} have no usable GPU (numba.cuda "
-            "finds none there); use device='cpu' or 'auto' to train on the workers' CPU threads."
-        )
-    raise ResourceError(
-        "device='gpu' is not available for Dask fits: workers train on their CPU threads only. "
-        "Use device='cpu' or 'auto', or snapfit.LogisticRegression(device='gpu') on one machine."
-    )
 
 
 def warm_up(client, *, timeout: float = 300.0) -> dict[str, float]:

@@ -1,8 +1,20 @@
-"""The epoch loop every unit plugs into: CPU threads today, GPUs and Dask workers through the
-same ``ChunkSource`` / ``Trainer`` contracts."""
+"""The engine: sources of chunks, the node trainer and its units, the epoch loop.
 
-from snapfit.engine.loop import FitResult, Trainer, fit
+``snapfit.train.train`` is the one entry point that runs it; see that module for the tiers.
+"""
+
+from snapfit.engine.loop import FitResult
 from snapfit.engine.problem import EpochRecord, Problem
-from snapfit.engine.source import ChunkSource, InMemorySource
+from snapfit.engine.source import ChunkSource, InMemorySource, ResidentSource
+from snapfit.engine.trainer import Devices, Trainer
 
-__all__ = ["ChunkSource", "EpochRecord", "FitResult", "InMemorySource", "Problem", "Trainer", "fit"]
+__all__ = [
+    "ChunkSource",
+    "Devices",
+    "EpochRecord",
+    "FitResult",
+    "InMemorySource",
+    "Problem",
+    "ResidentSource",
+    "Trainer",
+]

@@ -46,7 +46,6 @@ def problem_params(problem: Problem) -> dict:
         "c_pos": problem.c_pos,
         "c_neg": problem.c_neg,
         "bias": problem.bias,
-        "n_jobs": problem.n_jobs,
         "seed": problem.seed,
         "bucket_rows": problem.bucket_rows,
     }
@@ -97,13 +96,6 @@ def _diff(old, new, path: str = "") -> str | None:
     return None
 
 
-def source_layout(source) -> dict:
-    """The chunk layout a checkpoint's alpha is laid out in (streamed: pieces; else chunks)."""
-    if hasattr(source, "fingerprint"):
-        return source.fingerprint()
-    return {"kind": "memory", "chunk_rows": [source.chunk_rows(k) for k in range(source.n_chunks)]}
-
-
 class Checkpointer:
     """Writes and reads ``directory/checkpoint.snapfit`` for one fit.
 
@@ -130,7 +122,7 @@ class Checkpointer:
 
     def save(self, trainer, *, converged: bool = False) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        getattr(trainer, "sync_alpha", lambda: None)()  # device-resident alpha back to the host
+        trainer.sync_alpha()  # alpha kept on a device back to the host
         w = np.ascontiguousarray(trainer.w, dtype=np.float64)
         alpha = trainer.state.alpha
         crc = zlib.crc32(w.view(np.uint8).data)
@@ -202,6 +194,7 @@ class Checkpointer:
             raise CheckpointMismatch(
                 f"{self.path}: is truncated or corrupt (CRC mismatch); delete it to start over."
             )
+        trainer.drop_device_alpha()  # the host state was just written: device copies are stale
         trainer.w[:] = w
         trainer.epoch = int(header["epoch"])
         trainer.history = [EpochRecord(**h) for h in header["history"]]

@@ -22,15 +22,14 @@ class Problem:
     bias: float = 1.0
     tol: float = 1e-4
     max_iter: int = 100
-    n_jobs: int = 1
     seed: int = 0
     # Rows are visited in a full random permutation (buckets of 1). Buckets of consecutive rows
     # read memory in order but group the same rows together every epoch, which converged far
     # slower (8-row buckets: relative gap 2.8e-4 after 30 epochs where a full permutation reached
     # 9e-7); cpu.cd_pass's prefetch pipeline makes the full permutation as fast.
     bucket_rows: int = 1
-    # CoCoA+ sigma': the number of units updating w in one round. None means n_jobs (this
-    # process alone); a Dask driver sets the total over all workers.
+    # CoCoA+ sigma': the number of units updating w in one round. None means this process's
+    # units (the trainer's ``Devices``); a Dask driver sets the total over all workers.
     sigma: float | None = None
 
 

@@ -1,45 +1,137 @@
-"""Where the engine gets chunks from: the ``ChunkSource`` protocol and its in-memory form.
+"""Where the engine gets chunks from: the ``ChunkSource`` base class and its in-memory forms.
 
-The engine asks a source for chunks by id, in the order it wants them each epoch. An in-memory
-source returns resident chunks; a streaming source (``snapfit.stream``) reads ahead into a
-bounded buffer pool and keeps the highest-gap chunks resident. Both look the same here.
+The engine asks a source for chunks by id, in the order it wants them each epoch. Every source
+is a subclass of ``ChunkSource``; what a source may do differently is stated by the base class,
+with a default that fits a source of fixed chunks:
+
+- ``begin_epoch(order)`` fixes the epoch's chunks before any is planned. A re-dealing source
+  (``snapfit.stream.StreamSource``) deals its pieces into new chunks here, so ``chunk_rows`` and
+  ``layout`` describe exactly the chunks ``epoch(order)`` will deliver.
+- ``layout(k)`` names the *pieces* of chunk ``k``: the stable units of rows that residency (host
+  or device, DuHL) and dual variables are keyed by. A fixed chunk is one piece whose id is ``k``.
+- ``make_state()`` gives the dual state keyed by row (through the pieces), so every trainer, on
+  any device, pairs each row with its own ``alpha`` whatever the chunking.
+- ``release(k)``, ``update_gaps``, ``io_wait``, ``fingerprint`` and ``close`` have no-op or
+  fixed-chunk defaults.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from snapfit.data.chunk import Chunk
+from snapfit.engine.checkpoint import arrays_fingerprint, dataset_fingerprint
+from snapfit.engine.state import DualState
 
 
-class ChunkSource(Protocol):
+class Layout(NamedTuple):
+    """The pieces of one chunk, in the chunk's row order, with their rows and nnz."""
+
+    pieces: np.ndarray  # int64 piece ids
+    rows: np.ndarray  # int64 rows per piece
+    nnz: np.ndarray  # int64 stored values per piece
+
+
+class ChunkSource(ABC):
+    """Chunks by id for the engine's epochs (see the module docstring for the contract)."""
+
     n_features: int
+    #: True when the chunks live in device memory (CuPy input): only GPU units can read them.
+    device_resident: bool = False
+    #: True when chunk ``k`` holds other rows every epoch (pieces re-dealt): a device may keep
+    #: pieces, but never a chunk's ``alpha``, across epochs.
+    redeals: bool = False
 
     @property
+    @abstractmethod
     def n_chunks(self) -> int: ...
 
-    def chunk_rows(self, k: int) -> int: ...
+    @abstractmethod
+    def chunk_rows(self, k: int) -> int:
+        """Rows of chunk ``k`` in the current epoch's chunking."""
 
+    @abstractmethod
     def chunk_nnz(self, k: int) -> int: ...
 
+    @abstractmethod
     def epoch(self, order: Sequence[int]) -> Iterator[tuple[int, Chunk]]:
         """Yield ``(k, chunk)`` for every ``k`` in ``order``, in that order."""
-        ...
 
-    def update_gaps(self, gaps: np.ndarray) -> None:
+    def begin_epoch(self, order: Sequence[int]) -> None:  # noqa: B027 - a no-op unless overridden
+        """Fix the chunks of the epoch that will deliver ``order`` (fixed chunks: nothing)."""
+
+    # -- pieces: what residency and dual variables are keyed by ---------------------------
+    @property
+    def n_pieces(self) -> int:
+        return self.n_chunks
+
+    def piece_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, nnz)`` of every piece, by piece id."""
+        n = self.n_chunks
+        rows = np.array([self.chunk_rows(k) for k in range(n)], dtype=np.int64)
+        return rows, np.array([self.chunk_nnz(k) for k in range(n)], dtype=np.int64)
+
+    def flags(self) -> tuple[bool, bool]:
+        """``(has_values, has_weight)`` of the chunks (sizes data on a device; the default
+        assumes both)."""
+        return True, True
+
+    def max_chunk_shape(self) -> tuple[int, int]:
+        """``(rows, nnz)`` no chunk of any epoch exceeds (what a streaming slot must hold)."""
+        n = range(self.n_chunks)
+        return max((self.chunk_rows(k) for k in n), default=0), max(
+            (self.chunk_nnz(k) for k in n), default=0
+        )
+
+    def layout(self, k: int) -> Layout:
+        """The pieces of chunk ``k`` in this epoch (a fixed chunk is the one piece ``k``)."""
+        one = np.array([k], dtype=np.int64)
+        return Layout(one, np.array([self.chunk_rows(k)]), np.array([self.chunk_nnz(k)]))
+
+    def piece_gaps(self, chunk_gaps: np.ndarray) -> np.ndarray:
+        """Per-piece duality gaps from this epoch's per-chunk gaps (spread by rows)."""
+        return np.asarray(chunk_gaps, dtype=np.float64)
+
+    # -- life of a fit ---------------------------------------------------------------------
+    def make_state(self) -> DualState:
+        """The fit's dual state: ``alpha`` (and row norms) of every row, laid out by piece."""
+        return DualState([self.chunk_rows(k) for k in range(self.n_chunks)])
+
+    def release(self, k: int) -> None:  # noqa: B027 - a no-op unless overridden
+        """Chunk ``k`` is done for this epoch (a streaming source may refill its buffer)."""
+
+    def update_gaps(self, gaps: np.ndarray) -> None:  # noqa: B027 - a no-op unless overridden
         """Per-chunk duality gaps after an epoch (streaming sources pick residents from them)."""
-        ...
 
     @property
     def io_wait(self) -> float:
         """Seconds the consumer has waited for data so far."""
-        ...
+        return 0.0
+
+    def fingerprint(self) -> dict:
+        """The layout a checkpoint's alpha is stored in (part of the checkpoint fingerprint)."""
+        return {"kind": "memory", "chunk_rows": [self.chunk_rows(k) for k in range(self.n_chunks)]}
+
+    @abstractmethod
+    def data_fingerprint(self) -> dict:
+        """What names the data in a checkpoint: the files and their sizes, or a hash of the
+        arrays (one pass over them)."""
+
+    def close(self) -> None:  # noqa: B027 - a no-op unless overridden
+        """Free what the source holds (buffers, caches, temp files)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-class InMemorySource:
+class InMemorySource(ChunkSource):
     """Chunks already in memory: every chunk is resident, nothing to wait for."""
 
     def __init__(self, chunks: Sequence[Chunk], n_features: int):
@@ -60,12 +152,12 @@ class InMemorySource:
         for k in order:
             yield k, self.chunks[k]
 
-    def update_gaps(self, gaps: np.ndarray) -> None:
-        pass
+    def flags(self) -> tuple[bool, bool]:
+        return (any(c.values is not None for c in self.chunks),
+                any(c.weight is not None for c in self.chunks))  # fmt: skip
 
-    @property
-    def io_wait(self) -> float:
-        return 0.0
+    def data_fingerprint(self) -> dict:
+        return arrays_fingerprint(self.chunks)
 
 
 def _concat_optional(parts, sizes) -> np.ndarray | None:
@@ -97,14 +189,28 @@ def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
     )
 
 
+def split_rows(chunk: Chunk, chunk_rows: int | None) -> list[Chunk]:
+    """``chunk`` cut into chunks of ``chunk_rows`` rows (views; None: the chunk itself)."""
+    n = chunk.n_rows
+    if not chunk_rows or chunk_rows >= n:
+        return [chunk]
+    return [chunk.rows(lo, min(n, lo + chunk_rows)) for lo in range(0, n, chunk_rows)]
+
+
 class ResidentSource(InMemorySource):
     """A whole dataset (Parquet or arrays) read once and kept in memory as ONE chunk.
 
     One chunk because the visiting order matters: rows shuffled across the whole data set
     converged in 31 epochs where the same rows visited row group by row group needed 162 (3000
     Criteo-like rows, 3 row groups). The out-of-core path (``snapfit.stream``) is used instead
-    when the data must not all be resident.
+    when the data must not all be resident. ``chunk_rows`` cuts the rows into chunks of that
+    many (views, no copy): what a GPU whose memory cannot hold the whole set streams.
     """
 
-    def __init__(self, dataset):
-        super().__init__([concat_chunks(list(dataset.iter_chunks()))], dataset.n_features)
+    def __init__(self, dataset, chunk_rows: int | None = None):
+        self.dataset = dataset
+        whole = concat_chunks(list(dataset.iter_chunks()))
+        super().__init__(split_rows(whole, chunk_rows), dataset.n_features)
+
+    def data_fingerprint(self) -> dict:
+        return dataset_fingerprint(self.dataset)

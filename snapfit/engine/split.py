@@ -1,8 +1,14 @@
 """Sharing an epoch's rows between units in proportion to their measured speed.
 
-A heterogeneous node runs GPUs and CPU threads as CoCoA+ units; an epoch is as slow as its
-slowest unit, so each unit gets rows in proportion to its rows/s, measured on the previous
-epoch. ``proportional_split`` is the pure rule; ``RateMeter`` keeps the measurements.
+A node runs GPUs and CPU threads as CoCoA+ units; an epoch is as slow as its slowest unit, so
+each unit gets rows in proportion to its rows/s, measured on the previous epoch.
+``proportional_split`` is the pure rule; ``RateMeter`` keeps the measurements.
+
+The chunks are cut in a fresh random order every epoch, so a unit's rows change from epoch to
+epoch. Giving each GPU the chunks it already holds on its device instead (saving their
+transfers) makes the partition of rows between units fixed, and fixed groupings converge
+slowly here as everywhere in snapfit: two simulated GPU units on 64 rows in 8-row chunks
+needed 160 epochs to a relative gap of 1e-10 with that affinity and 43 without.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 
-class Piece(NamedTuple):
+class Span(NamedTuple):
     """Rows ``[lo, hi)`` of chunk ``k``."""
 
     k: int
@@ -27,15 +33,15 @@ def proportional_split(
     order: Sequence[int] | None = None,
     *,
     align: bool = True,
-) -> list[list[Piece]]:
-    """Pieces of the chunks for each unit, unit ``u`` getting rows in proportion to ``rates[u]``.
+) -> list[list[Span]]:
+    """Spans of the chunks for each unit, unit ``u`` getting rows in proportion to ``rates[u]``.
 
     The chunks, taken in ``order`` (default ``0..n-1``), are laid end to end and cut at the
     cumulative shares; the last unit (by convention the CPU) takes the residue, so rounding never
     loses a row. With ``align`` and at least two chunks per unit, each cut moves to the nearest
     chunk edge, so most chunks go whole to one unit (and a GPU keeps their ``alpha`` on the
     device); otherwise a chunk may be cut between units. Units with rate 0 get nothing, and so
-    does a unit that rounding leaves empty. Every row of every chunk is in exactly one piece.
+    does a unit that rounding leaves empty. Every row of every chunk is in exactly one span.
     """
     order = list(range(len(chunk_rows))) if order is None else [int(k) for k in order]
     rates = np.asarray(rates, dtype=np.float64)
@@ -51,7 +57,7 @@ def proportional_split(
         cuts = edges[nearest]
         cuts[-1] = total
     cuts = np.maximum.accumulate(np.concatenate([[0], cuts]))
-    plan: list[list[Piece]] = [[] for _ in rates]
+    plan: list[list[Span]] = [[] for _ in rates]
     for u in range(len(rates)):
         a, b = int(cuts[u]), int(cuts[u + 1])
         if a == b:
@@ -62,7 +68,7 @@ def proportional_split(
             if lo >= b:
                 break
             if hi > lo:
-                plan[u].append(Piece(order[j], lo - int(edges[j]), hi - int(edges[j])))
+                plan[u].append(Span(order[j], lo - int(edges[j]), hi - int(edges[j])))
     return plan
 
 

@@ -1,12 +1,15 @@
-"""CPU threads as CoCoA+ units: each thread owns a view of ``w`` and a fixed share of the rows.
+"""Plans and threads of an epoch: which unit does which rows, and one host thread per unit.
 
-Why per-thread views: two threads sharing ``w`` Hogwild-style lost updates on the hot features
-(every row touches the 13 integer slots) and needed ~2.5x more epochs here; atomic adds cost ~2x
-per epoch. CoCoA+ (Ma et al. 2015; Smith et al. 2018) instead lets each of K threads solve its
-rows' subproblem on a private view ``v_t = w + sigma' dw_t`` with curvature ``sigma' ||x_i||^2``
-and ``sigma' = K``; then ``w + sum_t dw_t`` equals the mean of the views and the dual still
-increases. The assignment of rows to threads is a function of the seed and the epoch, so results
-are reproducible for a given ``random_state`` and ``n_jobs``.
+A unit is a CoCoA+ worker with its own view of ``w``: a CPU thread (``snapfit.engine.units``)
+or a GPU (``snapfit.gpu.unit``), each driven by one long-lived host thread of a
+``ThreadGroup``. Why per-unit views on the CPU: two threads sharing ``w`` Hogwild-style lost
+updates on the hot features (every row touches the 13 integer slots) and needed ~2.5x more
+epochs here; atomic adds cost ~2x per epoch. CoCoA+ (Ma et al. 2015; Smith et al. 2018) instead
+lets each of K units solve its rows' subproblem on a private view ``v_t = w + sigma' dw_t`` with
+curvature ``sigma' ||x_i||^2`` and ``sigma' = K``; then ``w + sum_t dw_t`` equals the mean of the
+views and the dual still increases. On CPU threads alone the assignment of rows to threads is a
+function of the seed and the epoch, so results are reproducible for a given ``random_state``
+and ``n_jobs``.
 """
 
 from __future__ import annotations
@@ -24,18 +27,38 @@ from snapfit.data.chunk import Chunk
 
 @dataclass
 class Item:
-    """Rows ``rows`` of chunk ``k`` for thread ``thread``; ``chunk`` is filled in on delivery."""
+    """What unit ``unit`` does with chunk ``k`` in a pass; ``seq`` numbers the unit's items.
+
+    Rows: with ``lo`` None, slice ``slice`` of ``n_slices`` of the chunk's row permutation (the
+    CPU threads' plan, ``plan_epoch``); otherwise the contiguous rows ``[lo, hi)`` in a
+    permutation of their own (a node with GPUs: a GPU then brings back the ``alpha`` of its own
+    rows alone).
+    """
 
     k: int
-    thread: int
-    part: int
-    n_parts: int
+    unit: int
+    seq: int = 0
+    lo: int | None = None
+    hi: int | None = None
+    slice: int = 0
+    n_slices: int = 1
+
+    def n_rows(self, chunk_rows: int) -> int:
+        if self.lo is None:
+            lo = self.slice * chunk_rows // self.n_slices
+            return (self.slice + 1) * chunk_rows // self.n_slices - lo
+        return self.hi - self.lo
+
+    def sort_key(self) -> tuple[int, int, int]:
+        """Where the item's rows sit in its chunk: results summed in this order are
+        reproducible whatever order the units finished in."""
+        return self.k, self.lo or 0, self.slice
 
 
 def plan_epoch(
     chunk_nnz: Sequence[int], n_threads: int, rng: np.random.Generator
 ) -> tuple[list[int], list[list[Item]]]:
-    """Chunk order for the epoch and the items each thread will process, in delivery order.
+    """Chunk order for the epoch and the items each CPU thread will process, in delivery order.
 
     With at least two chunks per thread, whole chunks are dealt to the least-loaded thread (by
     nnz) in a shuffled order. With fewer, every chunk is split in ``n_threads`` parts so all
@@ -49,12 +72,23 @@ def plan_epoch(
         for k in order:
             t = int(np.argmin(load))
             load[t] += chunk_nnz[k] + 1
-            per_thread[t].append(Item(k, t, 0, 1))
+            per_thread[t].append(Item(k, t, len(per_thread[t])))
     else:
         for k in order:
             for t in range(n_threads):
-                per_thread[t].append(Item(k, t, t, n_threads))
+                per_thread[t].append(Item(k, t, len(per_thread[t]), slice=t, n_slices=n_threads))
     return order, per_thread
+
+
+def item_rows(item: Item, n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
+    """The rows of ``item`` in their visiting order, from ``key`` (seed, epoch) alone."""
+    if item.lo is None:
+        rows = row_order(n_rows, bucket_rows, [*key, item.k])
+        if item.n_slices == 1:
+            return rows
+        lo = item.slice * n_rows // item.n_slices
+        return rows[lo : (item.slice + 1) * n_rows // item.n_slices]
+    return row_order(item.hi - item.lo, bucket_rows, [*key, item.k, item.lo]) + item.lo
 
 
 @njit(nogil=True, cache=True)
@@ -92,18 +126,23 @@ def row_order(n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
 
 
 class ThreadGroup:
-    """K long-lived threads; ``run`` hands each thread its items as the chunks arrive.
+    """One long-lived host thread per unit; ``run`` hands each its items as the chunks arrive.
 
-    The caller's iterator yields chunks in the planned order; a chunk split over several threads
-    is released (``release(k)``) once every part is done, so a streaming source can reuse its
-    buffer. An exception in any thread is re-raised in the caller after all threads stop.
+    ``fn(t, item, chunk)`` returns the items it *completed*: a CPU thread completes the item it
+    was given, a GPU completes the previous one once the new one is enqueued (its copy overlaps
+    the running kernel), and ``flush(t)`` completes what is still pending after the last item.
+    A chunk is released (``release(k)``) once every item of it is complete, so a streaming
+    source reuses its buffer only after every unit is done with it. ``call`` and ``each`` run
+    other work on a unit's own thread (a GPU context is only ever used from its thread). An
+    exception in any thread is re-raised in the caller after all threads stop.
     """
 
-    def __init__(self, n_threads: int):
+    def __init__(self, n_threads: int, names: Sequence[str] | None = None):
         self.n_threads = n_threads
         self._queues: list[queue.Queue] = [queue.Queue() for _ in range(n_threads)]
+        names = names or [f"snapfit-unit-{t}" for t in range(n_threads)]
         self._threads = [
-            threading.Thread(target=self._loop, args=(t,), daemon=True, name=f"snapfit-cpu-{t}")
+            threading.Thread(target=self._loop, args=(t,), daemon=True, name=names[t])
             for t in range(n_threads)
         ]
         for th in self._threads:
@@ -115,19 +154,61 @@ class ThreadGroup:
             job = q.get()
             if job is None:
                 return
-            fn, item, chunk, done = job
-            try:
-                result = fn(t, item, chunk)
-                done(item, result, None)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                done(item, None, e)
+            job(t)
 
+    # -- synchronous calls on a unit's thread -----------------------------------------------
+    def call(self, t: int, fn: Callable[[], object]):
+        """``fn()`` on thread ``t``; its result, or its exception re-raised here."""
+        box: list = []
+        ready = threading.Event()
+
+        def job(_t):
+            try:
+                box.append((fn(), None))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box.append((None, e))
+            ready.set()
+
+        self._queues[t].put(job)
+        ready.wait()
+        result, error = box[0]
+        if error is not None:
+            raise error
+        return result
+
+    def each(self, fn: Callable[[int], object]) -> list:
+        """``fn(t)`` on every thread ``t`` at once; the results in thread order."""
+        boxes: list[list] = [[] for _ in range(self.n_threads)]
+        left = [self.n_threads]
+        lock = threading.Lock()
+        ready = threading.Event()
+
+        def job(t):
+            try:
+                boxes[t].append((fn(t), None))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                boxes[t].append((None, e))
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    ready.set()
+
+        for q in self._queues:
+            q.put(job)
+        ready.wait()
+        for box in boxes:
+            if box[0][1] is not None:
+                raise box[0][1]
+        return [box[0][0] for box in boxes]
+
+    # -- a pass -----------------------------------------------------------------------------
     def run(
         self,
         chunks,
         plan: list[list[Item]],
-        fn: Callable[[int, Item, Chunk], object],
+        fn: Callable[[int, Item, Chunk], list],
         release: Callable[[int], None],
+        flush: Callable[[int], list] | None = None,
     ) -> list[tuple[Item, object]]:
         """Run ``fn(thread, item, chunk)`` for every planned item; return ``(item, result)``."""
         by_chunk: dict[int, list[Item]] = {}
@@ -138,23 +219,43 @@ class ThreadGroup:
         results: list[tuple[Item, object]] = []
         errors: list[BaseException] = []
         lock = threading.Lock()
-        all_done = threading.Event()
+        finished = threading.Event()  # every item complete, or an error
         remaining = [sum(pending.values())]
 
-        def done(item, result, error):
+        def complete(done: list) -> None:
+            released = []
             with lock:
-                if error is not None:
-                    errors.append(error)
-                else:
+                for item, result in done:
                     results.append((item, result))
-                pending[item.k] -= 1
-                last_part = pending[item.k] == 0
-                remaining[0] -= 1
-                finished = remaining[0] == 0
-            if last_part:
-                release(item.k)
-            if finished:
-                all_done.set()
+                    pending[item.k] -= 1
+                    if pending[item.k] == 0:
+                        released.append(item.k)
+                    remaining[0] -= 1
+                last = remaining[0] == 0
+            for k in released:
+                release(k)
+            if last:
+                finished.set()
+
+        def fail(error: BaseException) -> None:
+            with lock:
+                errors.append(error)
+            finished.set()
+
+        def item_job(item, chunk):
+            def job(t):
+                try:
+                    complete(fn(t, item, chunk))
+                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    fail(e)
+
+            return job
+
+        def flush_job(t):
+            try:
+                complete(flush(t))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                fail(e)
 
         if remaining[0] == 0:
             return results
@@ -165,16 +266,19 @@ class ThreadGroup:
                     break
                 delivered.add(k)
                 for it in by_chunk[k]:
-                    self._queues[it.thread].put((fn, it, chunk, done))
+                    self._queues[it.unit].put(item_job(it, chunk))
             else:
                 if len(delivered) != len(by_chunk):
                     missing = sorted(set(by_chunk) - delivered)[:5]
                     raise RuntimeError(
                         f"chunk source ended early; never delivered chunks {missing}"
                     )
-                all_done.wait()
+                if flush is not None:
+                    for q in self._queues:
+                        q.put(flush_job)
+                finished.wait()
         finally:
-            if errors or not all_done.is_set():
+            if errors or not finished.is_set():
                 self._drain()
         if errors:
             raise errors[0]
@@ -190,7 +294,7 @@ class ThreadGroup:
                     break
         barrier = threading.Barrier(self.n_threads + 1)
         for q in self._queues:
-            q.put((lambda t, i, c: barrier.wait(), None, None, lambda *a: None))
+            q.put(lambda t: barrier.wait())
         barrier.wait()
 
     def close(self) -> None:

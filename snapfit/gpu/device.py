@@ -35,6 +35,15 @@ def _probe() -> tuple[bool, str]:
     return False, "no CUDA driver or device was found"
 
 
+def device_count() -> int:
+    """GPUs numba-cuda sees here (the simulator shows one); 0 without a driver."""
+    if not available():
+        return 0
+    from numba import cuda
+
+    return len(cuda.gpus)
+
+
 def available() -> bool:
     """Whether ``device="gpu"`` can run here (a CUDA device, or the CUDA simulator)."""
     return _probe()[0]

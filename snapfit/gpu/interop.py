@@ -11,7 +11,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from snapfit.data.chunk import Chunk
+from snapfit.engine.checkpoint import arrays_fingerprint
 from snapfit.engine.source import InMemorySource
+from snapfit.engine.state import DualState
+from snapfit.gpu.simulator import serial
 from snapfit.gpu.stream import DeviceChunk
 from snapfit.solvers import gpu as kernels
 
@@ -107,7 +111,8 @@ def device_chunk(X, y_pm: np.ndarray, weight: np.ndarray | None, *, block: int =
     sq = cuda.device_array(n, dtype=np.float32)
     team = kernels.choose_team(indices.shape[0] / max(n, 1), block)
     grid = max(1, min(1024, -(-n // (block // team))))
-    kernels.row_sqnorms[grid, block](indptr, indices, values, True, team, sq)
+    with serial:
+        kernels.row_sqnorms[grid, block](indptr, indices, values, True, team, sq)
     chunk = DeviceChunk(
         indptr,
         indices,
@@ -124,9 +129,21 @@ def device_chunk(X, y_pm: np.ndarray, weight: np.ndarray | None, *, block: int =
 
 
 class DeviceSource(InMemorySource):
-    """A ``ChunkSource`` of chunks already on the device (GPU units only; never released)."""
+    """A ``ChunkSource`` of chunks already on the device (GPU units only; never released).
+    Their row norms are computed on the device (``device_chunk``), so the state keeps none."""
 
     device_resident = True
+
+    def make_state(self) -> DualState:
+        return DualState([c.n_rows for c in self.chunks], with_sqnorm=False)
+
+    def data_fingerprint(self) -> dict:
+        """A hash of the chunks' arrays, copied to the host for it (checkpoints only)."""
+        host = [Chunk(*(None if a is None else a[:m].copy_to_host()
+                        for a, m in ((c.indptr, c.n_rows + 1), (c.indices, c.nnz),
+                                     (c.values, c.nnz), (c.y, c.n_rows), (c.weight, c.n_rows))))
+                for c in self.chunks]  # fmt: skip
+        return arrays_fingerprint(host)
 
 
 def decision_function(X, coef: np.ndarray, intercept: float, *, block: int = 128, to_host=True):
@@ -138,8 +155,9 @@ def decision_function(X, coef: np.ndarray, intercept: float, *, block: int = 128
     out = cuda.device_array(n, dtype=np.float64)
     team = kernels.choose_team(indices.shape[0] / max(n, 1), block)
     grid = max(1, min(1024, -(-n // (block // team))))
-    kernels.decision_function[grid, block](
-        indptr, indices, values, True, cuda.to_device(np.ascontiguousarray(coef, np.float64)),
-        float(intercept), team, out,
-    )  # fmt: skip
+    coef_d = cuda.to_device(np.ascontiguousarray(coef, np.float64))
+    with serial:
+        kernels.decision_function[grid, block](
+            indptr, indices, values, True, coef_d, float(intercept), team, out
+        )
     return out.copy_to_host() if to_host else out

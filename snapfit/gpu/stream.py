@@ -1,11 +1,15 @@
-"""Chunks on the device: resident chunks, streaming slots with pinned staging, DuHL residency.
+"""Data on the device: resident chunks and pieces, streaming slots with pinned staging, DuHL.
 
-A GPU keeps as many chunks resident as its memory budget allows, preferring the chunks with the
-largest duality gap (DuHL: Duenner et al. 2017, "Efficient use of limited-memory accelerators
-for linear learning on heterogeneous systems"); the others are streamed through ``n_slots``
-(>= 2) slots. Each slot owns pinned host staging buffers and device buffers. The host fills a
-slot's pinned buffers (a memcpy), the *copy* stream moves them to the device and records the
-slot's ``copied`` event, the *compute* stream waits for that event, runs the kernel, copies the
+A GPU keeps as many *pieces* resident as its memory budget allows, preferring those with the
+largest duality gap per byte (DuHL: Duenner et al. 2017, "Efficient use of limited-memory
+accelerators for linear learning on heterogeneous systems"); everything else is streamed
+through ``n_slots`` (>= 2) slots. A fixed chunk is one piece and is kept whole (a
+``DeviceChunk``, kernels run on it in place); the pieces of a re-dealing source are kept as
+``DevicePiece`` data and copied device-to-device into the slot of whichever chunk holds them.
+
+Each slot owns pinned host staging buffers and device buffers. The host fills a slot's pinned
+buffers (a memcpy), the *copy* CUDA stream moves them to the device and records the slot's
+``copied`` event, the *compute* CUDA stream waits for that event, runs the kernel, copies the
 updated ``alpha`` back into the slot's pinned buffer and records ``done``. With two slots the copy
 of chunk i+1 runs while chunk i computes; a slot is refilled only after its ``done`` event, at
 which point its returned ``alpha`` is written back into the host state.
@@ -34,6 +38,40 @@ def _empty(dtype) -> object:
 def chunk_device_bytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:
     """Device bytes of a chunk with its per-row state (sqnorm 4, alpha 8, order 4 bytes/row)."""
     return 8 * (n_rows + 1) + nnz * (4 + 4 * has_values) + n_rows * (4 + 4 * has_weight + 16)
+
+
+def piece_device_bytes(n_rows, nnz, has_values: bool, has_weight: bool):
+    """Device bytes of a kept piece: its data and norms, no row pointers, alpha or order (a
+    chunk's slot brings those). Works on arrays of sizes too."""
+    return nnz * (4 + 4 * has_values) + n_rows * (8 + 4 * has_weight)
+
+
+@dataclass
+class DevicePiece:
+    """A piece's rows kept on the device, to be copied into the slot of a chunk holding it."""
+
+    indices: object
+    values: object | None
+    y: object
+    weight: object | None
+    sqnorm: object
+    n_rows: int
+    nnz: int
+
+    @classmethod
+    def allocate(cls, n_rows: int, nnz: int, dtypes: dict) -> DevicePiece:
+        def arr(n, key):
+            return cuda.device_array(max(n, 1), dtype=dtypes[key])
+
+        return cls(
+            arr(nnz, "indices"),
+            arr(nnz, "values") if dtypes.get("values") is not None else None,
+            arr(n_rows, "y"),
+            arr(n_rows, "weight") if dtypes.get("weight") is not None else None,
+            arr(n_rows, "sqnorm"),
+            n_rows,
+            nnz,
+        )
 
 
 @dataclass
@@ -118,8 +156,9 @@ class Slot:
     device: DeviceChunk | None = None
     copied: object = None
     done: object = None
-    # (host alpha view, number of rows, offset in the pinned alpha) still to be written back.
+    # (host alpha array, lo, hi): rows [lo, hi) to write back from the pinned "alpha_out".
     writeback: tuple | None = None
+    item: object = None  # the item whose work this slot holds until it is completed
 
     def staging(self, key: str, n: int, dtype) -> np.ndarray:
         """A pinned buffer of at least ``n`` entries of ``dtype`` (grown on demand)."""
@@ -130,11 +169,14 @@ class Slot:
         return buf[:n]
 
 
-def choose_residents(gaps, nbytes, budget: int) -> set[int]:
-    """DuHL's choice: chunks by decreasing gap, each kept if it still fits ``budget`` bytes."""
+def choose_residents(gaps, nbytes, budget: float) -> set[int]:
+    """DuHL's choice: pieces by decreasing gap per byte, each kept if it still fits ``budget``
+    bytes (ties, as when no gap is known yet, in piece order)."""
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    score = np.asarray(gaps, dtype=np.float64) / np.maximum(nbytes, 1.0)
     keep: set[int] = set()
-    used = 0
-    for k in np.argsort(-np.asarray(gaps, dtype=np.float64), kind="stable"):
+    used = 0.0
+    for k in np.argsort(-score, kind="stable"):
         if used + nbytes[k] <= budget:
             keep.add(int(k))
             used += nbytes[k]

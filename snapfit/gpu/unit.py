@@ -1,15 +1,23 @@
-"""One GPU as a CoCoA+ unit: its own view of ``w`` on the device, passes over pieces of chunks.
+"""One GPU as a CoCoA+ unit (``snapfit.engine.units.Unit``), touched only from its own thread.
 
-Protocol (driven by one host thread, see ``snapfit.gpu.node``)::
+``bind()`` makes the unit's device current on that thread and creates its CUDA streams, its
+view of ``w`` and its slots; K GPUs are K independent units (``device_ids``), each with its own
+thread, streams, residents and budget. A pass over an item (rows ``[lo, hi)`` of chunk ``k``):
 
-    unit.begin(w, n_pieces)                   # upload the epoch's w into the unit's view
-    unit.process(j, piece, chunk, sq, alpha, rows)   # enqueue piece j; returns at once
-    view, results = unit.finish()             # wait; view = w + sigma * dw, results[j] = (gap, ent)
+- a fixed chunk kept whole on the device (``DeviceChunk``) is used where it is; its ``alpha``
+  stays on the device across epochs while this unit is the only one to touch the chunk;
+- any other chunk is assembled in a streaming slot: row pointers from the host, then each run
+  of its pieces either device-to-device from the pieces kept here or host-to-device from the
+  host chunk (through the slot's pinned buffers, on the copy CUDA stream), the rows' ``alpha``
+  from the host. The compute CUDA stream waits for the slot's ``copied`` event, runs the
+  kernel, copies the rows' ``alpha`` back into the slot's pinned buffer and records ``done``;
+- ``run`` returns the *previous* item as completed once it is done and its ``alpha`` is back
+  in the host arrays: the copy of item i overlaps the kernel of item i-1, and a host buffer is
+  released (refilled by the streaming source) only after the device is done with it.
 
-``alpha`` of a chunk whose rows all belong to this unit and which stays resident lives on the
-device across epochs (``on_device``); ``release_alpha(k, host)`` brings it home before any other
-unit touches chunk ``k``. Every other piece carries its chunk's alpha up and its own rows' alpha
-back down, through the slot's pinned buffers.
+Under Numba's CUDA simulator kernels run one at a time in the whole process (its kernel state
+is global), so launches from several units' threads take turns (``simulator.serial``); on a
+GPU each unit launches freely on its own streams.
 """
 
 from __future__ import annotations
@@ -17,28 +25,37 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from snapfit.engine.units import Unit, host_warm
+from snapfit.gpu.simulator import serial
 from snapfit.gpu.stream import (
     DeviceChunk,
+    DevicePiece,
     Slot,
     check_budget,
     choose_residents,
     chunk_device_bytes,
     host_dtypes,
+    piece_device_bytes,
 )
 from snapfit.solvers import gpu as kernels
 
 
-class GpuUnit:
-    """Kernels, streams, resident chunks and streaming slots of one GPU.
+class GpuUnit(Unit):
+    """Kernels, CUDA streams, resident data and streaming slots of one GPU.
 
-    ``budget`` is the device memory (bytes) the unit may use; None takes 80% of the free memory.
-    ``block`` threads per block and ``team`` threads per row (None: from the rows' mean length);
-    ``max_blocks`` caps the grid (rows beyond it are taken in further grid-stride rounds).
+    ``budget`` is the device memory (bytes) the unit may use; None takes 80% of the device's
+    free memory when the unit binds. ``block`` threads per block and ``team`` threads per row
+    (None: from the rows' mean length); ``max_blocks`` caps the grid (rows beyond it are taken
+    in further grid-stride rounds). ``prior`` is the first epoch's guess of the unit's speed
+    relative to one CPU thread.
     """
+
+    reads_device = True
 
     def __init__(
         self,
-        n_features: int,
+        device_id: int,
+        source,
         problem,
         *,
         sigma: float = 1.0,
@@ -47,135 +64,300 @@ class GpuUnit:
         block: int = 128,
         team: int | None = None,
         max_blocks: int = 1024,
+        prior: float = 8.0,
     ):
         if n_slots < 2:
             raise ValueError(f"n_slots must be at least 2 (double buffering); got {n_slots}.")
         if not (0 < block <= kernels.MAX_BLOCK and block & (block - 1) == 0):
             raise ValueError(f"block must be a power of two <= {kernels.MAX_BLOCK}; got {block}.")
+        self.device_id = int(device_id)
         self.p = problem
         self.sigma = float(sigma)
+        self.n_features = int(source.n_features)
+        self.redeals = bool(source.redeals)
+        self.flags = source.flags()
+        self.budget = budget
+        self.n_slots = int(n_slots)
         self.block = int(block)
         self.team = team
         self.max_blocks = int(max_blocks)
+        self.prior_rate = float(prior)
+        # piece id -> its data on the device: whole fixed chunks, or pieces of re-dealt ones
+        self.resident: dict[int, DeviceChunk | DevicePiece] = {}
+        self.on_device: set[int] = set()  # fixed chunks whose device alpha is the current one
+        self.born: set[int] = set()  # chunks the caller gave as device arrays: never evicted
+        self.keep: set[int] = set()
+        self._pending: Slot | None = None
+        self._results = None
+
+    # -- life ------------------------------------------------------------------------------
+    def bind(self) -> None:
+        cuda.select_device(self.device_id)
         self.copy_stream = cuda.stream()
         self.compute_stream = cuda.stream()
-        self.w = cuda.device_array(n_features + 1, dtype=np.float64)
-        if budget is None:
+        self.w = cuda.device_array(self.n_features + 1, dtype=np.float64)
+        if self.budget is None:
             free, _ = cuda.current_context().get_memory_info()
-            budget = 0.8 * free
-        self.budget = float(budget)
-        self.slots = [Slot(copied=cuda.event(), done=cuda.event()) for _ in range(n_slots)]
+            self.budget = 0.8 * free
+        self.budget = float(self.budget)
+        self.slots = [Slot(copied=cuda.event(), done=cuda.event()) for _ in range(self.n_slots)]
         self._next_slot = 0
-        self.resident: dict[int, DeviceChunk] = {}
-        self.on_device: set[int] = set()  # resident chunks whose device alpha is the current one
-        self.born: set[int] = set()  # chunks the caller gave as device arrays: never evicted
-        self.keep: set[int] | None = None  # None: everything may stay (until the first choice)
-        self._results = None
+        self._host_sum = np.zeros(self.n_features + 1)
+
+    def close(self) -> None:
+        self.copy_stream.synchronize()
+        self.compute_stream.synchronize()
+        self.resident.clear()
+        self.on_device.clear()
+        for s in self.slots:
+            s.device = None
+            s.pinned.clear()
 
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
-        return 8 * self.w.shape[0]
+        return 8 * (self.n_features + 1)
 
-    def choose_residents(self, gaps, nbytes, *, streamed_largest: int) -> None:
-        """Keep the highest-gap chunks that fit beside ``w`` and the slots (``nbytes`` per chunk).
+    def _nbytes(self, rows, nnz):
+        """Device bytes of pieces of these sizes as this unit keeps them."""
+        size = piece_device_bytes if self.redeals else chunk_device_bytes
+        return size(rows, nnz, *self.flags)
 
-        When every chunk fits no slot is needed; otherwise slots for the largest chunk are
-        reserved first. Chunks leaving the device take their ``alpha`` home on the next
-        ``release_alpha`` (the node calls ``evict`` with the host state).
+    def choose(self, gaps, sizes, largest, alpha_of) -> None:
+        """Keep the pieces with the largest gap per byte that fit beside ``w`` and the slots.
+
+        When every piece fits, no slot is needed and all stay. Pieces leaving the device take
+        their ``alpha`` home first (``alpha_of``).
         """
-        total = self.fixed_bytes() + sum(nbytes)
-        if total <= self.budget:
+        nbytes = self._nbytes(np.asarray(sizes[0]), np.asarray(sizes[1]))
+        if self.fixed_bytes() + int(np.sum(nbytes)) <= self.budget:
             self.keep = set(range(len(nbytes)))
-            return
-        check_budget(self.budget, self.fixed_bytes(), streamed_largest, len(self.slots))
-        room = self.budget - self.fixed_bytes() - len(self.slots) * streamed_largest
-        self.keep = choose_residents(gaps, nbytes, room)
+        else:
+            slot = chunk_device_bytes(*largest, *self.flags)
+            check_budget(self.budget, self.fixed_bytes(), slot, self.n_slots)
+            room = self.budget - self.fixed_bytes() - self.n_slots * slot
+            self.keep = choose_residents(gaps, nbytes, room)
+        for p in [p for p in self.resident if p not in self.keep and p not in self.born]:
+            self.sync_alpha(alpha_of, {p})
+            del self.resident[p]
 
-    def evict(self, alpha_of) -> None:
-        """Drop resident chunks no longer chosen, bringing their device alpha home first."""
-        for k in [k for k in self.resident if k not in self.keep and k not in self.born]:
-            self.release_alpha(k, alpha_of(k))
-            del self.resident[k]
+    def resident_chunks(self) -> set[int]:
+        return set() if self.redeals else set(self.resident)
 
-    def release_alpha(self, k: int, host_alpha: np.ndarray) -> None:
-        """Make the host copy of chunk ``k``'s alpha current (if the device held it)."""
-        if k in self.on_device:
+    def sync_alpha(self, alpha_of, only=None) -> None:
+        for k in [k for k in self.on_device if only is None or k in only]:
             self.compute_stream.synchronize()
-            self.resident[k].alpha[: len(host_alpha)].copy_to_host(host_alpha)
+            host = alpha_of(k)
+            self.resident[k].alpha[: len(host)].copy_to_host(host)
             self.on_device.discard(k)
 
+    def drop_alpha(self) -> None:
+        self.on_device.clear()
+
     # -- a pass ----------------------------------------------------------------------------
-    def begin(self, w: np.ndarray, n_pieces: int, width: int = 2) -> None:
+    def begin(self, w, n_items, width=2) -> None:
         self.compute_stream.synchronize()
         self.w.copy_to_device(np.ascontiguousarray(w, dtype=np.float64))
-        self._results = cuda.to_device(np.zeros((max(n_pieces, 1), width)))
+        self._results = cuda.to_device(np.zeros((max(n_items, 1), width)))
+        self._host_sum[:] = 0.0
 
-    def _slot(self) -> Slot:
-        """The next slot, once its previous piece is done and its alpha written back."""
-        s = self.slots[self._next_slot]
-        self._next_slot = (self._next_slot + 1) % len(self.slots)
-        s.copied.synchronize()
+    def run(self, item, chunk, alpha, sqnorm, rows, layout) -> list:
+        lo, hi = _span(item, chunk)
+        dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, rows)
+        team = self._team(dc)
+        p = self.p
+        n = dc.n_rows
+        with serial:
+            kernels.cd_pass[self._grid(len(rows), team), self.block, self.compute_stream](
+                *dc.args(), p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], dc.alpha[:n], self.w,
+                dc.rows[: len(rows)], self.sigma, team, self._results[item.seq],
+            )  # fmt: skip
+        if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
+            self.on_device.add(item.k)  # the device copy is now the current one
+        else:
+            self.on_device.discard(item.k)
+            out = s.staging("alpha_out", hi - lo, np.float64)
+            dc.alpha[lo:hi].copy_to_host(out, stream=self.compute_stream)
+            s.writeback = (alpha, lo, hi)
+        return self._enqueued(s, item)
+
+    def objective(self, item, chunk, alpha, w, layout) -> list:
+        """Exact ``(loss, entropy, gap)`` of the item's rows at the uploaded ``w``
+        (``begin(w, n, width=3)``) into result row ``item.seq``."""
+        lo, hi = _span(item, chunk)
+        dc, s = self._stage(item.k, chunk, None, alpha, lo, hi, layout, None)
+        team = self._team(dc)
+        p = self.p
+        with serial:
+            kernels.chunk_objective[self._grid(hi - lo, team), self.block, self.compute_stream](
+                *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.w, lo, hi,
+                team, self._results[item.seq],
+            )  # fmt: skip
+        return self._enqueued(s, item)
+
+    def warm(self, item, chunk, alpha, w0) -> None:
+        """Host chunks: ``host_warm`` on this thread into a host sum. Chunks born on the
+        device: the ``warm_start`` kernel into the device view, ``alpha`` staying there."""
+        if not isinstance(chunk, DeviceChunk):
+            host_warm(self.p, chunk, alpha, w0, self._host_sum)
+            return
+        dc = self._born(item.k, chunk)
+        n = dc.n_rows
+        if w0 is None:  # alpha from the host state (a checkpoint); w0 is then not read
+            dc.alpha[:n].copy_to_device(np.ascontiguousarray(alpha[:n]), stream=self.compute_stream)
+        w0_dev = self.w if w0 is None else cuda.to_device(np.asarray(w0, dtype=np.float64))
+        team = self._team(dc)
+        p = self.p
+        with serial:
+            kernels.warm_start[self._grid(n, team), self.block, self.compute_stream](
+                *dc.args(), p.c_pos, p.c_neg, p.bias, w0_dev, w0 is not None, dc.alpha[:n],
+                self.w, team,
+            )  # fmt: skip
+        self.on_device.add(item.k)
+
+    def flush(self) -> list:
+        s, self._pending = self._pending, None
+        return self._complete(s) if s is not None else []
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Wait for the enqueued work; the host view of ``w`` and the per-item results."""
+        self.copy_stream.synchronize()
+        self.compute_stream.synchronize()
+        view = self.w.copy_to_host()
+        view += self._host_sum
+        return view, self._results.copy_to_host()
+
+    # -- slots and staging -----------------------------------------------------------------
+    def _enqueued(self, s: Slot, item) -> list:
+        """Mark ``s`` as holding ``item``; complete the item enqueued before it."""
+        s.done.record(self.compute_stream)
+        s.item = item
+        prev, self._pending = self._pending, s
+        return self._complete(prev) if prev is not None else []
+
+    def _complete(self, s: Slot) -> list:
+        """Wait until slot ``s`` is done, write its ``alpha`` back; its item is complete."""
         s.done.synchronize()
-        self._write_back(s)
-        return s
-
-    @staticmethod
-    def _write_back(s: Slot) -> None:
         if s.writeback is not None:
             host, lo, hi = s.writeback
             host[lo:hi] = s.pinned["alpha_out"][: hi - lo]
             s.writeback = None
+        item, s.item = s.item, None
+        return [(item, None)]
 
-    def _put(self, s: Slot, key: str, src: np.ndarray, dst) -> None:
-        """Host ``src`` -> pinned staging -> device ``dst`` (async, on the copy stream)."""
+    def _slot(self) -> Slot:
+        """The next slot; its previous item was completed before this one was enqueued."""
+        s = self.slots[self._next_slot]
+        self._next_slot = (self._next_slot + 1) % len(self.slots)
+        s.copied.synchronize()  # its pinned buffers are free to refill
+        return s
+
+    def _put(self, s: Slot, key: str, src: np.ndarray, dst, at: int = 0, total: int = 0) -> None:
+        """Host ``src`` -> the slot's pinned buffer at ``at`` -> device ``dst[at:]`` (async,
+        on the copy stream). Disjoint ranges of one chunk use disjoint parts of the buffer, so
+        no copy still in flight is overwritten."""
         n = len(src)
         if n == 0:
             return
-        buf = s.staging(key, n, src.dtype)
+        buf = s.staging(key, max(total, at + n), src.dtype)[at : at + n]
         buf[:] = src
-        dst[:n].copy_to_device(buf, stream=self.copy_stream)
+        dst[at : at + n].copy_to_device(buf, stream=self.copy_stream)
 
-    def _stage(self, k: int, chunk, sq, alpha, rows) -> tuple[DeviceChunk, Slot]:
-        """Chunk ``k`` on the device with its alpha current; returns it and the slot used."""
-        if isinstance(chunk, DeviceChunk):  # born on the device (CuPy input): always resident
-            if k not in self.born:
-                self.resident[k] = chunk
-                self.born.add(k)
-                self.on_device.add(k)
-            dc = chunk
-        else:
-            dc = self.resident.get(k)
+    def _born(self, k: int, chunk: DeviceChunk) -> DeviceChunk:
+        """A chunk given as device arrays (CuPy input): resident for good, never evicted."""
+        if k not in self.born:
+            self.resident[k] = chunk
+            self.born.add(k)
+        return chunk
+
+    def _stage(self, k, chunk, sqnorm, alpha, lo, hi, layout, rows):
+        """Chunk ``k`` on the device with rows ``[lo, hi)`` of its ``alpha`` current and the
+        visiting order ``rows`` uploaded; returns the device chunk and the slot used."""
         s = self._slot()
-        n = dc.n_rows if dc is not None else chunk.n_rows
-        if dc is None:
-            dt = host_dtypes(chunk)
-            stay = self.keep is None or k in self.keep
-            if stay:
-                dc = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
-            else:
-                if s.device is None or not s.device.fits(chunk.n_rows, chunk.nnz, dt):
-                    s.device = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
-                dc = s.device
-            dc.n_rows, dc.nnz = chunk.n_rows, chunk.nnz
-            lo = int(chunk.indptr[0])
-            self._put(s, "indptr", chunk.indptr - lo if lo else chunk.indptr, dc.indptr)
-            self._put(s, "indices", chunk.indices[lo : lo + chunk.nnz], dc.indices)
-            if chunk.values is not None:
-                self._put(s, "values", chunk.values[lo : lo + chunk.nnz], dc.values)
-            self._put(s, "y", chunk.y, dc.y)
-            if chunk.weight is not None:
-                self._put(s, "weight", chunk.weight, dc.weight)
-            self._put(s, "sqnorm", sq, dc.sqnorm)
-            if stay:
-                self.resident[k] = dc
+        if isinstance(chunk, DeviceChunk):
+            dc = self._born(k, chunk)
+        else:
+            single = len(layout.pieces) == 1 and not self.redeals
+            dc = self.resident.get(k) if single else None
+            if dc is None:
+                dt = host_dtypes(chunk)
+                if single and k in self.keep:
+                    dc = self.resident[k] = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
+                else:
+                    if s.device is None or not s.device.fits(chunk.n_rows, chunk.nnz, dt):
+                        s.device = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
+                    dc = s.device
+                dc.n_rows, dc.nnz = chunk.n_rows, chunk.nnz
+                self._upload(s, dc, chunk, sqnorm, layout)
         if k not in self.on_device:
-            self._put(s, "alpha", alpha[:n], dc.alpha)
+            self._put(s, "alpha", alpha[lo:hi], dc.alpha, lo, dc.n_rows)
         if rows is not None:
             self._put(s, "rows", rows.astype(np.int32, copy=False), dc.rows)
         s.copied.record(self.copy_stream)
         s.copied.wait(self.compute_stream)
         return dc, s
 
+    def _upload(self, s: Slot, dc: DeviceChunk, chunk, sqnorm, layout) -> None:
+        """Fill ``dc`` with ``chunk``: row pointers from the host, then every run of pieces
+        from the pieces kept here (device to device) or from the host chunk; pieces chosen to
+        stay that are not here yet are captured from ``dc`` on their way through."""
+        z_base = int(chunk.indptr[0])
+        n, nnz = chunk.n_rows, chunk.nnz
+        indptr = chunk.indptr - z_base if z_base else chunk.indptr
+        self._put(s, "indptr", indptr, dc.indptr)
+        rows0 = np.concatenate([[0], np.cumsum(layout.rows)])
+        nnz0 = np.concatenate([[0], np.cumsum(layout.nnz)])
+        row_arrays = [("y", chunk.y, dc.y), ("weight", chunk.weight, dc.weight),
+                      ("sqnorm", sqnorm, dc.sqnorm)]  # fmt: skip
+        nz_arrays = [("indices", chunk.indices, dc.indices), ("values", chunk.values, dc.values)]
+        kept = [self.resident.get(int(p)) if self.redeals else None for p in layout.pieces]
+        j = 0
+        while j < len(kept):
+            if kept[j] is not None:  # a piece kept here: device to device
+                kp = kept[j]
+                r, z = int(rows0[j]), int(nnz0[j])
+                for name, _, dst in nz_arrays:
+                    if dst is not None:
+                        dst[z : z + kp.nnz].copy_to_device(getattr(kp, name)[: kp.nnz],
+                                                           stream=self.copy_stream)  # fmt: skip
+                for name, _, dst in row_arrays:
+                    if dst is not None:
+                        dst[r : r + kp.n_rows].copy_to_device(getattr(kp, name)[: kp.n_rows],
+                                                              stream=self.copy_stream)  # fmt: skip
+                j += 1
+                continue
+            e = j
+            while e < len(kept) and kept[e] is None:
+                e += 1
+            r0, r1, z0, z1 = int(rows0[j]), int(rows0[e]), int(nnz0[j]), int(nnz0[e])
+            for name, src, dst in nz_arrays:
+                if src is not None:
+                    self._put(s, name, src[z_base + z0 : z_base + z1], dst, z0, nnz)
+            for name, src, dst in row_arrays:
+                if src is not None:
+                    self._put(s, name, src[r0:r1], dst, r0, n)
+            j = e
+        if self.redeals:
+            for j, p in enumerate(int(p) for p in layout.pieces):
+                if p in self.keep and kept[j] is None:
+                    shape = int(layout.rows[j]), int(layout.nnz[j])
+                    self.resident[p] = self._capture(dc, int(rows0[j]), int(nnz0[j]), *shape)
+
+    def _capture(self, dc: DeviceChunk, r: int, z: int, m: int, nz: int) -> DevicePiece:
+        """A piece of ``dc`` (rows ``[r, r+m)``, values ``[z, z+nz)``) copied to its own
+        device arrays, after the uploads queued before it on the copy stream."""
+        dt = {"indices": dc.indices.dtype, "y": dc.y.dtype, "sqnorm": dc.sqnorm.dtype,
+              "values": None if dc.values is None else dc.values.dtype,
+              "weight": None if dc.weight is None else dc.weight.dtype}  # fmt: skip
+        kp = DevicePiece.allocate(m, nz, dt)
+        for name, lo, size in (("indices", z, nz), ("values", z, nz), ("y", r, m),
+                               ("weight", r, m), ("sqnorm", r, m)):  # fmt: skip
+            dst = getattr(kp, name)
+            if dst is not None and size:
+                dst[:size].copy_to_device(getattr(dc, name)[lo : lo + size],
+                                          stream=self.copy_stream)  # fmt: skip
+        return kp
+
+    # -- launch geometry -------------------------------------------------------------------
     def _grid(self, n_rows: int, team: int) -> int:
         per_block = self.block // team
         return max(1, min(self.max_blocks, -(-n_rows // per_block)))
@@ -185,62 +367,7 @@ class GpuUnit:
             return int(self.team)
         return kernels.choose_team(dc.nnz / max(dc.n_rows, 1), self.block)
 
-    def process(self, j: int, k: int, lo: int, hi: int, chunk, sq, alpha, rows) -> None:
-        """Enqueue a pass over ``rows`` (rows of ``[lo, hi)`` of chunk ``k``) as piece ``j``.
 
-        ``alpha`` is the host state of the whole chunk; rows ``[lo, hi)`` of it are written back
-        when this piece's slot is reused or at ``finish``.
-        """
-        n = chunk.n_rows
-        whole = lo == 0 and hi == n
-        dc, s = self._stage(k, chunk, sq, alpha, rows)
-        team = self._team(dc)
-        p = self.p
-        kernels.cd_pass[self._grid(len(rows), team), self.block, self.compute_stream](
-            *dc.args(), p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], dc.alpha[:n], self.w,
-            dc.rows[: len(rows)], self.sigma, team, self._results[j],
-        )  # fmt: skip
-        if k in self.resident and whole:
-            self.on_device.add(k)  # the device copy is now the current one
-        elif k not in self.on_device:
-            out = s.staging("alpha_out", hi - lo, np.float64)
-            dc.alpha[lo:hi].copy_to_host(out, stream=self.compute_stream)
-            s.writeback = (alpha, lo, hi)
-        s.done.record(self.compute_stream)
-
-    def objective(self, j: int, k: int, lo: int, hi: int, chunk, sq, alpha) -> None:
-        """Enqueue the exact ``(loss, entropy, gap)`` of rows ``[lo, hi)`` of chunk ``k`` at the
-        uploaded ``w`` (``begin(w, n, width=3)``) into result row ``j``."""
-        dc, s = self._stage(k, chunk, sq, alpha, None)
-        team = self._team(dc)
-        p = self.p
-        n = dc.n_rows
-        kernels.chunk_objective[self._grid(hi - lo, team), self.block, self.compute_stream](
-            *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[:n], self.w, lo, hi, team,
-            self._results[j],
-        )  # fmt: skip
-        s.done.record(self.compute_stream)
-
-    def synchronize(self) -> None:
-        self.compute_stream.synchronize()
-
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """Wait for the enqueued work; return the host view of ``w`` and the per-piece results."""
-        self.copy_stream.synchronize()
-        self.compute_stream.synchronize()
-        for s in self.slots:
-            self._write_back(s)
-        return self.w.copy_to_host(), self._results.copy_to_host()
-
-    def chunk_bytes(self, chunk) -> int:
-        return chunk_device_bytes(
-            chunk.n_rows, chunk.nnz, chunk.values is not None, chunk.weight is not None
-        )
-
-    def close(self) -> None:
-        self.finish()
-        self.resident.clear()
-        self.on_device.clear()
-        for s in self.slots:
-            s.device = None
-            s.pinned.clear()
+def _span(item, chunk) -> tuple[int, int]:
+    """The item's rows as a range of the chunk (a CPU-plan item covers the whole chunk)."""
+    return (0, chunk.n_rows) if item.lo is None else (item.lo, item.hi)

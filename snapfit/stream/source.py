@@ -7,12 +7,14 @@ Life of a fit:
    group once, batch by batch, into the raw piece cache (``snapfit.stream.cache``), or, when the
    cache would not fit the temp dir's free space, only learn each piece's nnz and store its
    rows' norms (``snapfit.stream.direct``: Parquet is then decoded again every epoch).
-2. Every epoch the pieces are dealt into ``n_chunks`` new chunks (seeded by the epoch's chunk
-   order, itself derived from ``(seed, epoch)``: so a resumed run deals the same way). The
-   engine asks for chunks in its shuffled order; the prefetch thread assembles each chunk in a
-   reusable pool buffer (resident pieces by memcpy, the others by ``preadv`` from the cache or
-   from the decoder's window), together with its rows' norms and dual variables, while the
-   solver threads work on earlier chunks. When the engine calls ``release(k)`` the dual
+2. Every epoch the pieces are dealt into ``n_chunks`` new chunks (``begin_epoch``, seeded by
+   the epoch's chunk order, itself derived from ``(seed, epoch)``: so a resumed run deals the
+   same way); from then on ``chunk_rows`` and ``layout`` describe this epoch's chunks, so a
+   trainer plans with the sizes it will get. The engine asks for chunks in its shuffled order;
+   the prefetch thread assembles each chunk in a reusable pool buffer (resident pieces by
+   memcpy, the others by ``preadv`` from the cache or from the decoder's window), together with
+   its rows' norms and dual variables, while the units work on earlier chunks. When the engine
+   calls ``release(k)`` (after every unit, a GPU included, is done with the chunk) the dual
    variables go back to the ``DualState`` and the buffer returns to the pool.
 3. After each epoch the engine reports per-chunk duality gaps (``update_gaps``); with the cache,
    pieces with the largest gap per byte that fit the resident share of the budget are kept in
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.data.chunk import Chunk
+from snapfit.engine.checkpoint import dataset_fingerprint
+from snapfit.engine.source import ChunkSource, Layout
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.stream.budget import (
@@ -70,7 +74,7 @@ class Live:
     pieces: np.ndarray
 
 
-class StreamSource:
+class StreamSource(ChunkSource):
     """Chunks of a Parquet ``Dataset`` streamed under ``budget`` bytes.
 
     Parameters
@@ -179,6 +183,7 @@ class StreamSource:
         self._choose(np.zeros(len(self.pieces)))
         self._rg_order = np.arange(len(refs))
         self._groups = self._deal(list(range(self.n_chunks)))
+        self._dealt: list[int] | None = None  # the order begin_epoch dealt for
         self._live: dict[int, Live] = {}
         self.state: DualState | None = None
         self._io_wait = 0.0
@@ -218,21 +223,40 @@ class StreamSource:
         return chunk_nbytes(n_rows, nnz, *self._flags) + _align(4 * n_rows) + 8 * n_rows
 
     def _max_buffer(self) -> int:
-        """Upper bound over any deal: the ``per_chunk`` largest pieces together."""
-        rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
-        nnz = int(np.sort(self.cache.piece_nnz)[-self.per_chunk :].sum())
-        return self._buffer_nbytes(rows, nnz)
+        """Upper bound over any deal (see ``max_chunk_shape``)."""
+        return self._buffer_nbytes(*self.max_chunk_shape())
 
     @property
     def n_chunks(self) -> int:
         return self._n_chunks
 
     def chunk_rows(self, k: int) -> int:
-        """Rows of chunk ``k`` in the reference deal (deals differ by at most a piece)."""
+        """Rows of chunk ``k`` in the current deal (deals differ by at most a piece)."""
         return int(self.pieces.rows[self._groups[k]].sum())
 
     def chunk_nnz(self, k: int) -> int:
         return int(self.cache.piece_nnz[self._groups[k]].sum())
+
+    redeals = True
+
+    def flags(self) -> tuple[bool, bool]:
+        return self._flags
+
+    @property
+    def n_pieces(self) -> int:
+        return len(self.pieces)
+
+    def max_chunk_shape(self) -> tuple[int, int]:
+        """The ``per_chunk`` largest pieces together bound any deal's chunk."""
+        rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
+        return rows, int(np.sort(self.cache.piece_nnz)[-self.per_chunk :].sum())
+
+    def piece_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.pieces.rows.astype(np.int64), np.asarray(self.cache.piece_nnz, np.int64)
+
+    def layout(self, k: int) -> Layout:
+        ps = self._groups[k]
+        return Layout(ps, self.pieces.rows[ps], np.asarray(self.cache.piece_nnz[ps], np.int64))
 
     @property
     def io_wait(self) -> float:
@@ -305,17 +329,25 @@ class StreamSource:
             r0, z0 = r0 + m, z0 + z
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
-    def epoch(self, order: Sequence[int]) -> Iterator[tuple[int, Chunk]]:
-        if self.state is None:
-            raise ResourceError("StreamSource needs its make_state() passed to the engine.")
+    def begin_epoch(self, order: Sequence[int]) -> None:
+        """Deal the pieces into this epoch's chunks and load the residents DuHL chose."""
         self._stop_prefetch()
         for p in [p for p in self._resident if p not in self._target]:
             del self._resident[p]  # dropped first, so old and new residents never coexist
         for p in sorted(self._target - set(self._resident)):
             self._resident[p] = self.cache.read_record(p)
+        self._groups = self._deal(order)
+        self._dealt = [int(k) for k in order]
+
+    def epoch(self, order: Sequence[int]) -> Iterator[tuple[int, Chunk]]:
+        if self.state is None:
+            raise ResourceError("StreamSource needs its make_state() passed to the engine.")
+        if self._dealt != [int(k) for k in order]:
+            self.begin_epoch(order)
+        self._dealt = None  # the next epoch deals again
         self.pool.reset()
         self._live.clear()
-        groups = self._groups = self._deal(order)
+        groups = self._groups
         resident = dict(self._resident)
         if self.mode == "parquet":
             self.cache.begin(self._rg_order, self.plan.resident)
@@ -349,13 +381,17 @@ class StreamSource:
                 r0 += hi - lo
         self.pool.release(k)
 
-    def update_gaps(self, gaps: np.ndarray) -> None:
-        """Spread each chunk's gap over its pieces by rows, then pick residents."""
+    def piece_gaps(self, chunk_gaps: np.ndarray) -> np.ndarray:
+        """Each chunk's gap spread over its pieces by rows (this epoch's deal)."""
         per_piece = np.zeros(len(self.pieces))
         rows = self.pieces.rows
         for k, ps in enumerate(self._groups):
-            per_piece[ps] = gaps[k] * rows[ps] / max(1, rows[ps].sum())
-        self._choose(per_piece)
+            per_piece[ps] = chunk_gaps[k] * rows[ps] / max(1, rows[ps].sum())
+        return per_piece
+
+    def update_gaps(self, gaps: np.ndarray) -> None:
+        """Spread each chunk's gap over its pieces, then pick the host residents (DuHL)."""
+        self._choose(self.piece_gaps(gaps))
 
     # -- residency and state ---------------------------------------------------------------
     def _choose(self, gaps: np.ndarray) -> None:
@@ -386,6 +422,9 @@ class StreamSource:
                             spill_dir=self.cache_dir if self.plan.spill_dual else None)  # fmt: skip
         self.state = state
         return state
+
+    def data_fingerprint(self) -> dict:
+        return dataset_fingerprint(self.dataset)
 
     def fingerprint(self) -> dict:
         """What a checkpoint of this source depends on: pieces, chunks per epoch, deal seed,
@@ -418,12 +457,6 @@ class StreamSource:
         if self.state is not None:
             self.state.close()
         self.cache.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class _PieceState(DualState):

@@ -3,24 +3,24 @@
 import numpy as np
 import pytest
 
-from snapfit.gpu.split import Piece, RateMeter, proportional_split
+from snapfit.engine.split import RateMeter, Span, proportional_split
 
 
 def _rows_per_unit(plan):
-    return [sum(p.hi - p.lo for p in pieces) for pieces in plan]
+    return [sum(p.hi - p.lo for p in spans) for spans in plan]
 
 
 def _covers_every_row_once(plan, chunk_rows):
     seen = [np.zeros(n, int) for n in chunk_rows]
-    for pieces in plan:
-        for p in pieces:
+    for spans in plan:
+        for p in spans:
             seen[p.k][p.lo : p.hi] += 1
     return all((s == 1).all() for s in seen)
 
 
 def test_one_chunk_is_cut_in_proportion():
     plan = proportional_split([100], [3.0, 1.0, 1.0])
-    assert plan == [[Piece(0, 0, 60)], [Piece(0, 60, 80)], [Piece(0, 80, 100)]]
+    assert plan == [[Span(0, 0, 60)], [Span(0, 60, 80)], [Span(0, 80, 100)]]
 
 
 def test_residue_goes_to_the_last_unit_and_no_row_is_lost():
@@ -35,7 +35,7 @@ def test_many_chunks_go_whole_to_one_unit():
     rows = [10] * 8
     plan = proportional_split(rows, [3.0, 1.0])
     assert _rows_per_unit(plan) == [60, 20]
-    assert all(p.lo == 0 and p.hi == 10 for pieces in plan for p in pieces)
+    assert all(p.lo == 0 and p.hi == 10 for spans in plan for p in spans)
     assert _covers_every_row_once(plan, rows)
 
 

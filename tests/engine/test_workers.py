@@ -35,4 +35,5 @@ def test_plan_epoch_deals_every_chunk_once_or_splits_when_few():
     assert sorted(order) == list(range(5))
     assert sorted(it.k for items in plan for it in items) == list(range(5))
     order, plan = plan_epoch([10], 2, rng)
-    assert [(it.k, it.part, it.n_parts) for items in plan for it in items] == [(0, 0, 2), (0, 1, 2)]
+    slices = [(it.k, it.slice, it.n_slices) for items in plan for it in items]
+    assert slices == [(0, 0, 2), (0, 1, 2)]

@@ -9,10 +9,11 @@ import pytest
 
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
-from snapfit.engine import Problem, fit
+from snapfit.engine import Devices, Problem
 from snapfit.engine.source import ResidentSource
 from snapfit.errors import DataError
 from snapfit.stream import StreamSource
+from snapfit.train import train
 
 
 def test_epoch_delivers_every_row_once(small_parquet):
@@ -43,9 +44,9 @@ def test_reaches_the_in_memory_optimum(small_parquet):
     kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2)
     mem = LogisticRegression(**kw).fit(small_parquet)
     with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode="parquet") as src:
-        problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, n_jobs=2, seed=0,
-                          tol=1e-8, max_iter=500)  # fmt: skip
-        res = fit(src, problem, state=src.make_state())
+        problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
+                          max_iter=500)  # fmt: skip
+        res = train(src, problem, devices=Devices(n_cpu=2))
     assert res.converged
     w_mem = np.r_[mem.coef_.ravel(), mem.intercept_]
     assert np.abs(res.w - w_mem).max() <= 1e-3 * np.abs(w_mem).max()
@@ -82,7 +83,7 @@ def test_decoder_error_names_the_row_group(small_parquet, monkeypatch):
 
         monkeypatch.setattr(src.cache.decoder, "decode", broken)
         with pytest.raises(DataError, match=r"d20k.parquet, row group \d+"):
-            fit(src, Problem(n_features=ds.n_features, max_iter=1), state=src.make_state())
+            train(src, Problem(n_features=ds.n_features, max_iter=1))
     finally:
         src.close()
 

@@ -5,10 +5,11 @@ import pytest
 
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
-from snapfit.engine import Problem, fit
+from snapfit.engine import Problem
 from snapfit.engine.source import ResidentSource
 from snapfit.errors import ResourceError
 from snapfit.stream import StreamSource
+from snapfit.train import train
 
 
 def _primal(clf, X, y, C):
@@ -54,14 +55,13 @@ def test_reader_error_names_the_row_group(small_parquet, monkeypatch):
     ds = Dataset(small_parquet)
     src = StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256)
     try:
-        src.make_state()
 
         def broken(targets, p, record):
             raise ResourceError(f"chunk cache: reading rows of {src.cache.where([p])} failed")
 
         monkeypatch.setattr(src.cache, "fill", broken)
         with pytest.raises(ResourceError, match=r"d20k.parquet row group \d+"):
-            fit(src, Problem(n_features=ds.n_features, max_iter=1), state=src.state)
+            train(src, Problem(n_features=ds.n_features, max_iter=1))
     finally:
         src.close()
 

@@ -7,8 +7,9 @@ import pytest
 import scipy.sparse as sp
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine import InMemorySource, Problem, fit
+from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.gpu import SIMULATOR_LAUNCH
+from snapfit.train import train
 
 # The simulator's barriers hand the GIL between threads; the default 5 ms switch interval made
 # every syncthreads() wait for it (a pass ran ~7x slower).
@@ -50,14 +51,19 @@ def split_chunks(X, y, weight, step, *, ones=False):
 
 
 def cpu_reference(chunks, problem):
-    return fit(InMemorySource(chunks, problem.n_features), problem)
+    return train(InMemorySource(chunks, problem.n_features), problem)
+
+
+def gpu_devices(n_gpus=1, n_cpu=0, **options):
+    """GPU units (all on the one simulated device) with the simulator launch and ``options``."""
+    return Devices(n_cpu=n_cpu, gpu_ids=(0,) * n_gpus, gpu_options=dict(SIM_GPU, **options))
 
 
 @pytest.fixture(scope="session")
 def small():
     """64 rows x 12 features, its tight-tolerance problem and the CPU solver's optimum."""
     X, y, w = make_problem_data()
-    problem = Problem(n_features=12, tol=1e-10, max_iter=300, n_jobs=1, seed=3)
+    problem = Problem(n_features=12, tol=1e-10, max_iter=300, seed=3)
     ref = cpu_reference(split_chunks(X, y, w, 64), problem)
     assert ref.converged
     return X, y, w, problem, ref

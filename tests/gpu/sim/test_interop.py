@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from snapfit.engine import Problem, fit
+from snapfit.engine import Problem
+from snapfit.engine.loop import run_epochs
+from snapfit.engine.units import host_warm
 from snapfit.gpu import interop
-from snapfit.gpu.node import HeteroTrainer
-from tests.gpu.sim.conftest import SIM_GPU, cpu_reference, make_problem_data, split_chunks
+from snapfit.train import make_trainer
+from tests.gpu.sim.conftest import cpu_reference, gpu_devices, make_problem_data, split_chunks
 
 
 class Interface:
@@ -42,12 +44,26 @@ def test_fit_on_device_csr_equals_cpu(small):
     assert interop.is_device_input(Xd) and interop.is_cuda_csr(Xd)
     chunk, d = interop.device_chunk(Xd, y, w, block=16)
     source = interop.DeviceSource([chunk], d)
-    tr = HeteroTrainer(source, problem, n_cpu=0, gpu_options=SIM_GPU)
+    tr = make_trainer(source, problem, gpu_devices(n_cpu=2))  # CPU threads cannot read it
     try:
-        result = fit(source, problem, trainer=tr)
+        assert tr.devices.n_cpu == 0 and len(tr.units) == 1
+        result = run_epochs(tr, problem)
         tr.sync_alpha()
-        assert not tr.gpu.on_device
+        assert not tr.units[0].on_device
         assert np.abs(tr.state.alpha).max() > 0  # alpha came home from the user's device chunk
+        # a warm start from the optimum on the device (alpha from margins, w(alpha) summed
+        # there) and from alpha itself (a checkpoint) both give back the same w
+        w_end = tr.w.copy()
+        alpha = tr.alpha()
+        host = split_chunks(X, y, w, 64)[0]
+        a_host, w_host = np.zeros(64), np.zeros(13)
+        host_warm(problem, host, a_host, w_end, w_host)  # the same passes on the CPU
+        tr.warm_start(w_end)
+        np.testing.assert_allclose(tr.w, w_host, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(tr.alpha(), a_host, rtol=1e-12)
+        tr.set_alpha(alpha)
+        np.testing.assert_allclose(tr.w, w_end, atol=1e-12)
+        assert tr.units[0].on_device == {0}
     finally:
         tr.close()
     assert result.converged
@@ -62,9 +78,9 @@ def test_dense_device_input_and_predict():
     chunk, d = interop.device_chunk(Interface(dense), y, w, block=16)
     assert chunk.nnz == dense.size
     source = interop.DeviceSource([chunk], d)
-    tr = HeteroTrainer(source, problem, n_cpu=0, gpu_options=SIM_GPU)
+    tr = make_trainer(source, problem, gpu_devices())
     try:
-        result = fit(source, problem, trainer=tr)
+        result = run_epochs(tr, problem)
     finally:
         tr.close()
     assert abs(result.history[-1].primal / ref.history[-1].primal - 1) <= 1e-6

@@ -1,0 +1,341 @@
+"""The node trainer: every unit of one process (CPU threads, GPUs) as one CoCoA+ trainer.
+
+``Trainer`` holds ``w``, the dual state the source gave it, and K units (``Devices`` says which:
+GPUs first, then the CPU threads that take the residue), each on its own host thread. An epoch:
+
+1. plan: the epoch's chunk order from ``(seed, epoch)``; the source fixes its chunks for it
+   (``begin_epoch``: a streaming source deals its pieces here); the rows go to units.
+   CPU threads alone: whole chunks to the least-loaded thread (``plan_epoch``), reproducible
+   from the seed. With GPUs: rows in proportion to each unit's measured rows/s
+   (``proportional_split``), cut in the epoch's random order (never a fixed partition: see
+   ``snapfit.engine.split``);
+2. every unit starts from the same ``w`` and runs its items on its own view with
+   ``sigma' = K`` (or the Dask driver's larger sigma');
+3. the views are combined (CoCoA+: their mean, or ``w0 + sum (v - w0) / sigma'``), the
+   per-chunk gaps go to the source (host residency) and to the GPUs (device residency, DuHL).
+
+Every row's ``alpha`` comes from the source's state (``alpha_of(k)`` is the delivered chunk's
+rows, whatever the chunking), so the same trainer serves resident, re-dealt and device data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from snapfit.engine.problem import EpochRecord, Problem
+from snapfit.engine.source import ChunkSource
+from snapfit.engine.split import RateMeter, proportional_split
+from snapfit.engine.state import DualState
+from snapfit.engine.units import CpuUnit, Unit
+from snapfit.engine.workers import Item, ThreadGroup, item_rows, plan_epoch
+from snapfit.solvers import cpu
+
+# Keys that keep the random choices of different passes of one epoch apart.
+_EPOCH_KEY, _EXACT_KEY = 2**31 - 2, 2**31 - 3
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Where a fit runs, resolved once at the door: ``n_cpu`` CPU solver threads and one GPU
+    unit per entry of ``gpu_ids`` (an id may repeat: two units on one device).
+
+    ``gpu_options`` go to every ``GpuUnit`` (launch geometry, device ``budget``, ...);
+    ``rebalance=False`` keeps the first epoch's split (``GpuUnit.prior_rate``) instead of
+    re-measuring the units' rates every epoch.
+    """
+
+    n_cpu: int = 1
+    gpu_ids: tuple[int, ...] = ()
+    gpu_options: dict | None = None
+    rebalance: bool = True
+
+    @property
+    def n_units(self) -> int:
+        return len(self.gpu_ids) + self.n_cpu
+
+    def describe(self) -> dict:
+        """What a checkpoint depends on: the units (the plan and sigma' follow from them)."""
+        return {"cpu_threads": self.n_cpu, "gpus": len(self.gpu_ids)}
+
+
+class Trainer:
+    """Holds ``w``, the dual state and the units across epochs (and across resumes)."""
+
+    def __init__(
+        self, source: ChunkSource, problem: Problem, state: DualState, devices: Devices = Devices()
+    ):
+        if devices.n_units < 1:
+            raise ValueError("a trainer needs at least one unit (a CPU thread or a GPU)")
+        self.source = source
+        self.problem = problem
+        self.state = state
+        self.devices = devices
+        self.k = devices.n_units
+        # sigma' counts every unit that updates w this epoch: these units, or more when other
+        # processes (Dask workers) update the same w in the same round.
+        self.sigma = float(problem.sigma or self.k)
+        if self.sigma < self.k:
+            raise ValueError(f"sigma'={self.sigma} is below the number of local units {self.k}")
+        d = source.n_features
+        self.w = np.zeros(d + 1)
+        self.units: list[Unit] = self._make_units(d)
+        self.has_gpu = bool(devices.gpu_ids)
+        self.meter = RateMeter([u.prior_rate for u in self.units])
+        self.chunk_gaps = np.zeros(source.n_chunks)
+        self.nnz = [source.chunk_nnz(k) for k in range(source.n_chunks)]
+        self.epoch = 0
+        self.history: list[EpochRecord] = []
+        self._chosen = False
+        self._busy = np.zeros(self.k)
+        self._done_rows = np.zeros(self.k, dtype=np.int64)
+        names = [f"snapfit-gpu-{i}" for i in devices.gpu_ids]
+        names += [f"snapfit-cpu-{t}" for t in range(devices.n_cpu)]
+        self._group = ThreadGroup(self.k, names)
+        try:
+            self._group.each(lambda t: self.units[t].bind())
+        except BaseException:
+            self._group.close()
+            raise
+
+    def _make_units(self, d: int) -> list[Unit]:
+        units: list[Unit] = []
+        if self.devices.gpu_ids:
+            from snapfit.gpu.unit import GpuUnit
+
+            for i in self.devices.gpu_ids:
+                units.append(GpuUnit(i, self.source, self.problem, sigma=self.sigma,
+                                     **(self.devices.gpu_options or {})))  # fmt: skip
+        for t in range(self.devices.n_cpu):
+            # CPU threads alone: the first thread's view is w itself (one copy fewer).
+            view = self.w if not units and t == 0 else np.empty_like(self.w)
+            units.append(CpuUnit(self.problem, self.sigma, view))
+        return units
+
+    # -- plans -----------------------------------------------------------------------------
+    def _plan(self, key: int) -> tuple[list[int], list[list[Item]]]:
+        """The order the source delivers and each unit's items, for this epoch's pass."""
+        rng = np.random.default_rng([self.problem.seed, self.epoch, key])
+        n = self.source.n_chunks
+        if not self.has_gpu:
+            order, plan = plan_epoch(self.nnz, self.k, rng)
+            self.source.begin_epoch(order)
+            return order, plan
+        order = [int(k) for k in rng.permutation(n)]
+        self.source.begin_epoch(order)
+        rows = [self.source.chunk_rows(k) for k in range(n)]
+        readers = self._readers()
+        rates = np.where(readers, self.meter.rates, 0.0)
+        spans = proportional_split(rows, rates, order)
+        plan = [
+            [Item(s.k, u, j, s.lo, s.hi) for j, s in enumerate(unit_spans)]
+            for u, unit_spans in enumerate(spans)
+        ]
+        # A chunk a GPU keeps alpha of on its device must have it at home before any other
+        # unit reads it (the GPU itself uploads the host copy when it needs it again).
+        held = self._group.each(lambda t: self.units[t].resident_chunks())
+        touched = [{it.k for it in items} for items in plan]
+        for g, unit in enumerate(self.units):
+            others = set().union(*(touched[u] for u in range(self.k) if u != g)) & held[g]
+            if others:
+                self._group.call(g, lambda u=unit, ks=others: u.sync_alpha(self.state.alpha_of, ks))
+        return order, plan
+
+    def _readers(self) -> np.ndarray:
+        """Which units can read this source's chunks (device-resident data: GPUs only)."""
+        on_device = self.source.device_resident
+        return np.array([u.reads_device or not on_device for u in self.units])
+
+    def _whole_plan(self) -> tuple[list[int], list[list[Item]]]:
+        """Every chunk once and whole, dealt round-robin to the units that can read it."""
+        order = list(range(self.source.n_chunks))
+        readers = [u for u, ok in enumerate(self._readers()) if ok]
+        plan: list[list[Item]] = [[] for _ in range(self.k)]
+        for i, k in enumerate(order):
+            u = readers[i % len(readers)]
+            plan[u].append(Item(k, u, len(plan[u])))
+        self.source.begin_epoch(order)
+        return order, plan
+
+    def _run(self, order, plan, fn):
+        def release(k: int) -> None:
+            self.source.release(k)  # the chunk's buffer may be refilled
+            self.state.release(k)  # spilled dual pages may leave RAM
+
+        def flush(t: int) -> list:
+            t0 = time.perf_counter()
+            try:
+                return self.units[t].flush()
+            finally:
+                self._busy[t] += time.perf_counter() - t0
+
+        results = self._group.run(self.source.epoch(order), plan, fn, release, flush)
+        kept = self._group.each(lambda t: self.units[t].finish())
+        # A unit that keeps its results (a GPU) hands them over now, by item number.
+        results = [(it, kept[it.unit][1][it.seq] if r is None else r) for it, r in results]
+        # Units finish in any order; summing in a fixed order keeps gaps reproducible.
+        results.sort(key=lambda r: r[0].sort_key())
+        return results, [v for v, _ in kept]
+
+    # -- per-unit work ---------------------------------------------------------------------
+    def _pass_item(self, t: int, item: Item, chunk):
+        t0 = time.perf_counter()
+        unit = self.units[t]
+        alpha = self.state.alpha_of(item.k)
+        sq = None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
+        rows = item_rows(item, chunk.n_rows, unit.bucket_rows, [self.problem.seed, self.epoch])
+        done = unit.run(item, chunk, alpha, sq, rows, self.source.layout(item.k))
+        self._busy[t] += time.perf_counter() - t0
+        self._done_rows[t] += item.n_rows(chunk.n_rows)
+        return done
+
+    def _objective_item(self, t: int, item: Item, chunk):
+        alpha = self.state.alpha_of(item.k)
+        return self.units[t].objective(item, chunk, alpha, self.w, self.source.layout(item.k))
+
+    # -- whole-data operations -------------------------------------------------------------
+    def _sum_pass(self, w0: np.ndarray | None) -> None:
+        """``w = w(alpha)`` over every chunk (after setting alpha from ``w0`` when given)."""
+        order, plan = self._whole_plan()
+        zero = np.zeros_like(self.w)
+        self._group.each(lambda t: self.units[t].begin(zero, len(plan[t])))
+
+        def warm(t, item, chunk):
+            self.units[t].warm(item, chunk, self.state.alpha_of(item.k), w0)
+            return [(item, ())]
+
+        self.drop_device_alpha()
+        _, views = self._run(order, plan, warm)
+        total = np.zeros_like(self.w)
+        for v in views:
+            total += v
+        self.w[:] = total
+
+    def warm_start(self, w0: np.ndarray) -> None:
+        """Start from the dual point paired with ``w0`` (see ``cpu.alpha_from_margins``)."""
+        self._sum_pass(np.asarray(w0, dtype=np.float64))
+
+    def warm_start_alpha(self, alpha: np.ndarray) -> None:
+        """Start from given packed dual variables (all rows, state order); ``w = w(alpha)``."""
+        self.set_alpha(alpha)
+
+    def write_alpha(self, alpha: np.ndarray) -> None:
+        """Write every row's ``alpha`` (state order); ``w`` is the caller's to match."""
+        self.state.write_alpha(0, np.asarray(alpha, dtype=np.float64))
+        self.drop_device_alpha()
+
+    def set_alpha(self, alpha: np.ndarray) -> None:
+        """Write every row's ``alpha`` (state order) and rebuild ``w = w(alpha)`` from it."""
+        self.write_alpha(alpha)
+        self._sum_pass(None)
+
+    def alpha(self) -> np.ndarray:
+        """Every row's packed ``alpha`` (state order), brought home from any device."""
+        self.sync_alpha()
+        out = np.empty(self.state.n_rows)
+        self.state.read_alpha(0, out)
+        return out
+
+    def exact_objective(self) -> tuple[float, float, float]:
+        """Exact ``(primal, dual, gap)`` at the current ``w`` and ``alpha`` (one data pass)."""
+        order, plan = self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3))
+        results, _ = self._run(order, plan, self._objective_item)
+        return self._objective_of(sum(r[0] for _, r in results), sum(r[1] for _, r in results))
+
+    def _objective_of(self, loss: float, ent: float) -> tuple[float, float, float]:
+        """``(primal, dual, gap)`` at ``w`` from the rows' summed loss and dual entropy."""
+        wsq = cpu.squared_norm(self.w)
+        primal = 0.5 * wsq + loss
+        dual = -0.5 * wsq - ent
+        return primal, dual, primal - dual
+
+    def _merge(self, views: list[np.ndarray], w0: np.ndarray | None) -> None:
+        """Combine the units' views into ``w`` (CoCoA+ with ``sigma' = K``: their mean; with a
+        larger sigma', from other processes' units too, ``w0 + sum_t (v_t - w0) / sigma'``)."""
+        if views[0] is not self.w:
+            self.w[:] = views[0]
+        for v in views[1:]:
+            self.w += v
+        if w0 is None:
+            if self.k > 1:
+                self.w /= self.k
+        else:
+            self.w -= self.k * w0
+            self.w /= self.sigma
+            self.w += w0
+
+    # -- epochs ----------------------------------------------------------------------------
+    def run_epoch(self) -> EpochRecord:
+        if not self._chosen:
+            self._residency()
+        order, plan = self._plan(_EPOCH_KEY)
+        w0 = self.w.copy() if self.sigma != self.k else None
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])))
+        self._busy[:] = 0.0
+        self._done_rows[:] = 0
+        io0 = self.source.io_wait
+        t0 = time.perf_counter()
+        results, views = self._run(order, plan, self._pass_item)
+        self._merge(views, w0)
+        seconds = time.perf_counter() - t0
+        if self.has_gpu and self.devices.rebalance:
+            for t in range(self.k):
+                self.meter.update(t, int(self._done_rows[t]), float(self._busy[t]))
+        rec = self._close_epoch([(it.k, *r) for it, r in results], seconds, io0)
+        self._residency()
+        return rec
+
+    def _residency(self) -> None:
+        """Each GPU picks the pieces it keeps on its device from the latest gaps (DuHL)."""
+        self._chosen = True
+        if not self.has_gpu:
+            return
+        gaps = self.source.piece_gaps(self.chunk_gaps)
+        sizes = self.source.piece_sizes()
+        largest = self.source.max_chunk_shape()
+        alpha_of = self.state.alpha_of
+        self._group.each(lambda t: self.units[t].choose(gaps, sizes, largest, alpha_of))
+
+    def _close_epoch(self, gaps, seconds: float, io0: float) -> EpochRecord:
+        """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
+        source (they rank chunks for residency), the epoch is counted and recorded."""
+        self.chunk_gaps[:] = 0.0
+        ent = 0.0
+        for k, gap, e in gaps:
+            self.chunk_gaps[k] += gap
+            ent += e
+        self.source.update_gaps(self.chunk_gaps)
+        self.epoch += 1
+        return EpochRecord.from_pass(
+            epoch=self.epoch, w=self.w, entropy=ent, gap=float(self.chunk_gaps.sum()),
+            seconds=seconds, n_rows=self.state.n_rows, nnz=sum(self.nnz),
+            io_wait=self.source.io_wait - io0,
+        )  # fmt: skip
+
+    def confirm(self, rec: EpochRecord) -> EpochRecord:
+        """Replace an epoch's estimated gap with the exact one (its time is added to the epoch)."""
+        t0 = time.perf_counter()
+        primal, dual, gap = self.exact_objective()
+        rec.primal, rec.dual, rec.gap, rec.exact = primal, dual, gap, True
+        rec.rel_gap = gap / max(abs(primal), 1e-300)
+        rec.seconds += time.perf_counter() - t0
+        return rec
+
+    def drop_device_alpha(self) -> None:
+        """Forget every device copy of ``alpha`` (the host state was written directly)."""
+        self._group.each(lambda t: self.units[t].drop_alpha())
+
+    def sync_alpha(self) -> None:
+        """Bring every ``alpha`` kept on a device home (before the host state is read)."""
+        if self.has_gpu:
+            self._group.each(lambda t: self.units[t].sync_alpha(self.state.alpha_of))
+
+    def close(self) -> None:
+        try:
+            self._group.each(lambda t: self.units[t].close())
+        finally:
+            self._group.close()
+            self.state.close()

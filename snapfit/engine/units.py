@@ -1,0 +1,124 @@
+"""Units: the CoCoA+ workers of a node, each with its own view of ``w`` and its own host thread.
+
+A node trainer (``snapfit.engine.trainer``) runs K units, CPU threads (``CpuUnit``) and GPUs
+(``snapfit.gpu.unit.GpuUnit``), every one of them driven by one thread of a ``ThreadGroup``
+and touched only from that thread. The trainer speaks to every unit through ``Unit``:
+
+=====================  ==========================================================================
+``bind()``             first call on the unit's thread (a GPU makes its device current there)
+``begin(w, n, width)`` start a pass from ``w``: ``n`` items, results of ``width`` numbers each
+``run(...)``           a coordinate pass over an item's rows; returns the items it *completed*
+``objective(...)``     the exact ``(loss, entropy, gap)`` of an item's rows at the uploaded ``w``
+``flush()``            complete what is still pending after the last item of the pass
+``finish()``           the unit's view of ``w`` and the per-item results it kept (or None)
+``warm(...)``          warm-start passes: ``alpha`` from margins at ``w0``, ``w(alpha)`` summed
+=====================  ==========================================================================
+
+A completed item is ``(item, result)``; ``result`` None means "in ``finish()``'s results, row
+``item.seq``" (a GPU reads its results back once per pass).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from snapfit.engine.workers import Item
+from snapfit.solvers import cpu
+
+
+class Unit(ABC):
+    """One CoCoA+ worker; see the module docstring for the protocol."""
+
+    #: rows/s before anything was measured, relative to one CPU thread (the first split)
+    prior_rate: float = 1.0
+    #: whether the unit can read chunks that live in device memory (CuPy input)
+    reads_device: bool = False
+    #: rows visited in buckets of this many consecutive rows (1: a full permutation)
+    bucket_rows: int = 1
+
+    def bind(self) -> None:  # noqa: B027 - a no-op unless overridden
+        """Called once, on the unit's own thread, before anything else."""
+
+    @abstractmethod
+    def begin(self, w: np.ndarray, n_items: int, width: int = 2) -> None: ...
+
+    @abstractmethod
+    def run(self, item: Item, chunk, alpha, sqnorm, rows, layout) -> list: ...
+
+    @abstractmethod
+    def objective(self, item: Item, chunk, alpha, w, layout) -> list: ...
+
+    def flush(self) -> list:
+        return []
+
+    @abstractmethod
+    def finish(self) -> tuple[np.ndarray, np.ndarray | None]: ...
+
+    @abstractmethod
+    def warm(self, item: Item, chunk, alpha, w0: np.ndarray | None) -> None:
+        """Add ``w(alpha)`` of the item's chunk into the unit's view, after setting ``alpha``
+        from the margins at ``w0`` (``cpu.alpha_from_margins``) unless ``w0`` is None."""
+
+    def drop_alpha(self) -> None:  # noqa: B027 - a no-op unless overridden
+        """Forget any device copy of ``alpha``: the host state was just written."""
+
+    def sync_alpha(self, alpha_of, only: set[int] | None = None) -> None:  # noqa: B027 - a no-op unless overridden
+        """Bring ``alpha`` kept on a device home (``alpha_of(k)``: the host arrays), for the
+        chunks in ``only`` or for all."""
+
+    def choose(self, gaps: np.ndarray, sizes, largest, alpha_of) -> None:  # noqa: B027 - a no-op unless overridden
+        """Pick what stays on the unit's device from the pieces' ``gaps`` (DuHL); ``sizes``
+        are the pieces' ``(rows, nnz)``, ``largest`` the largest chunk's; what leaves takes
+        its ``alpha`` home (``alpha_of``)."""
+
+    def resident_chunks(self) -> set[int]:
+        """Chunks this unit holds whole on its device (their alpha may live there)."""
+        return set()
+
+    def close(self) -> None:  # noqa: B027 - a no-op unless overridden
+        """Free the unit's resources (on its own thread)."""
+
+
+class CpuUnit(Unit):
+    """A CPU thread: ``cpu.cd_pass`` on its own view of ``w`` (``view``, or ``w`` itself)."""
+
+    def __init__(self, problem, sigma: float, view: np.ndarray):
+        self.p = problem
+        self.sigma = float(sigma)
+        self.view = view
+        self.bucket_rows = int(problem.bucket_rows)
+
+    def begin(self, w, n_items, width=2):
+        if self.view is not w:
+            self.view[:] = w
+
+    def run(self, item, chunk, alpha, sqnorm, rows, layout):
+        p = self.p
+        result = cpu.cd_pass(
+            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.view, rows,
+            self.sigma,
+        )  # fmt: skip
+        return [(item, result)]
+
+    def objective(self, item, chunk, alpha, w, layout):
+        p = self.p
+        lo, hi = (0, chunk.n_rows) if item.lo is None else (item.lo, item.hi)
+        result = cpu.chunk_objective(
+            *cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha[lo:hi], w
+        )
+        return [(item, result)]
+
+    def finish(self):
+        return self.view, None
+
+    def warm(self, item, chunk, alpha, w0):
+        host_warm(self.p, chunk, alpha, w0, self.view)
+
+
+def host_warm(p, chunk, alpha, w0, out: np.ndarray) -> None:
+    """``alpha`` from the margins at ``w0`` (if given), then ``out += w(alpha)`` of ``chunk``."""
+    if w0 is not None:
+        cpu.alpha_from_margins(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, w0, alpha)
+    cpu.accumulate_w(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, out)

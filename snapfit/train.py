@@ -1,0 +1,181 @@
+"""The training tier: one ``train()`` behind every door, and what the doors resolve for it.
+
+Front doors (``snapfit.LogisticRegression``, ``snapfit.dask.DaskLogisticRegression``, the CLI,
+which goes through the estimators) hold parameters, validation and fitted attributes only.
+They resolve their numbers once per fit (``resolve_devices``, ``resolve_budget``), turn the
+input into a ``ChunkSource`` (``open_dataset`` for Parquet; ``snapfit.inputs`` for arrays and
+device arrays) and call ``train``, which owns the rest::
+
+    front doors -> train() -> node Trainer -> units (CPU threads, GPUs) -> kernels
+    data -> ChunkSource (resident, streamed, device) -> chunks -> DualState (per row)
+
+``train`` takes the dual state from the source, builds the node trainer for the devices, warm
+starts or resumes from a checkpoint, runs the epochs, and closes trainer, state and source. A
+Dask worker builds the same node trainer on its share with ``open_dataset`` and
+``make_trainer`` (``snapfit.dask._worker``); the driver combines the workers' rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from snapfit.engine.checkpoint import Checkpointer, problem_params
+from snapfit.engine.loop import Callback, FitResult, run_epochs
+from snapfit.engine.problem import Problem
+from snapfit.engine.source import ChunkSource
+from snapfit.engine.trainer import Devices, Trainer
+from snapfit.errors import ResourceError
+
+__all__ = [
+    "Checkpoints",
+    "Devices",
+    "Warm",
+    "make_trainer",
+    "open_dataset",
+    "resolve_budget",
+    "resolve_devices",
+    "resolve_n_jobs",
+    "train",
+]
+
+
+@dataclass(frozen=True)
+class Warm:
+    """Where a fit starts: a previous fit's dual variables (best), or the dual point paired
+    with its ``w`` (n_features + 1 entries, the intercept weight last)."""
+
+    w: np.ndarray | None = None
+    alpha: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Checkpoint ``directory`` every ``every`` epochs; ``resume`` continues from it."""
+
+    directory: str
+    every: int = 1
+    resume: bool = False
+
+
+def resolve_n_jobs(n_jobs: int | None) -> int:
+    """scikit-learn's convention: None means 1, -1 all cores, -2 all but one."""
+    import os
+
+    if n_jobs is None:
+        return 1
+    if n_jobs < 0:
+        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return int(n_jobs)
+
+
+def resolve_devices(device: str, n_jobs: int | None, device_ids=None) -> Devices:
+    """The units of a fit: ``n_jobs`` host threads (scikit-learn's convention), of which each
+    GPU in ``device_ids`` (default ``[0]``) drives one and the others train on the CPU.
+
+    ``device="gpu"`` without a usable GPU is a ``ResourceError``; ``"auto"`` uses a GPU only
+    when a real one is present (see ``snapfit.gpu.resolve_device``). Under the CUDA simulator
+    an id may repeat to run several units on its one device.
+    """
+    from snapfit.gpu import SIMULATOR_LAUNCH, device_count, resolve_device, simulated
+
+    n = resolve_n_jobs(n_jobs)
+    if device_ids is not None and device == "cpu":
+        raise ValueError(
+            f"device_ids={list(device_ids)} names GPUs but device='cpu'; use device='gpu' (or "
+            "'auto'), or drop device_ids."
+        )
+    if resolve_device(device) == "cpu":
+        return Devices(n_cpu=n)
+    ids = (0,) if device_ids is None else tuple(int(i) for i in device_ids)
+    count = device_count()
+    bad = [i for i in ids if not 0 <= i < count]
+    if not ids or bad:
+        raise ResourceError(
+            f"device_ids={list(ids)}: this machine has {count} GPU(s), numbered 0 to "
+            f"{count - 1}; pass ids from that range (each id is one GPU unit)."
+        )
+    options = dict(SIMULATOR_LAUNCH) if simulated() else None
+    return Devices(n_cpu=max(0, n - len(ids)), gpu_ids=ids, gpu_options=options)
+
+
+def resolve_budget(memory_budget, *, limit: int | None = None) -> int:
+    """Bytes of host memory for a fit: ``memory_budget`` parsed, or by default half of the
+    memory available now, and no more than half of ``limit`` (a Dask worker's own limit)."""
+    from snapfit.stream.budget import default_memory_budget, parse_memory_budget
+
+    if memory_budget is not None:
+        return parse_memory_budget(memory_budget)
+    budget = default_memory_budget()
+    return budget if not limit else min(budget, int(limit) // 2)
+
+
+def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0):
+    """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed."""
+    from snapfit.stream.choose import source_for_dataset
+
+    return source_for_dataset(
+        dataset, budget=budget, n_units=devices.n_units, chunk_rows=chunk_rows, seed=seed
+    )
+
+
+def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Trainer:
+    """The node trainer for ``devices`` on ``source``, with the dual state the source gives
+    (keyed by row through its pieces). Chunks in device memory are read by GPUs alone."""
+    if source.device_resident:
+        if not devices.gpu_ids:
+            raise ValueError(
+                "the data is on a GPU but the fit runs on the CPU; use device='gpu' or 'auto', "
+                "or copy it to the host (e.g. X.get())."
+            )
+        devices = replace(devices, n_cpu=0)
+    state = source.make_state()
+    try:
+        return Trainer(source, problem, state, devices)
+    except BaseException:
+        state.close()
+        raise
+
+
+def _checkpointer(spec: Checkpoints, source, problem, devices) -> Checkpointer:
+    fingerprint = {"data": source.data_fingerprint(), "params": problem_params(problem),
+                   "units": devices.describe(), "layout": source.fingerprint()}  # fmt: skip
+    return Checkpointer(spec.directory, fingerprint, every=spec.every, resume=spec.resume)
+
+
+def train(
+    source: ChunkSource,
+    problem: Problem,
+    *,
+    devices: Devices | None = None,
+    warm: Warm | None = None,
+    checkpoint: Checkpoints | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> FitResult:
+    """Fit ``problem`` on ``source`` with ``devices``; ``train`` owns and closes ``source``.
+
+    Runs epochs until the exact relative gap is at most ``problem.tol`` or ``max_iter``. A
+    checkpoint is resumed when ``checkpoint.resume`` and one exists (refused, naming the
+    difference, when it was made with other data, parameters, units or layout); otherwise the
+    fit starts from ``warm`` (dual variables, else ``w``) or from zero. ``callbacks`` get each
+    epoch's record and ``w``; one returning True stops the fit. ``devices`` default: one CPU
+    thread.
+    """
+    devices = devices or Devices()
+    with source:
+        ck = None if checkpoint is None else _checkpointer(checkpoint, source, problem, devices)
+        tr = make_trainer(source, problem, devices)
+        try:
+            converged = False
+            if ck is not None and ck.resume and ck.exists():
+                converged = ck.load(tr)
+            elif warm is not None and warm.alpha is not None:
+                tr.warm_start_alpha(warm.alpha)
+            elif warm is not None and warm.w is not None:
+                tr.warm_start(warm.w)
+            return run_epochs(tr, problem, callbacks=callbacks, checkpoint=ck,
+                              converged=converged)  # fmt: skip
+        finally:
+            tr.close()
