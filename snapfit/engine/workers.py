@@ -130,7 +130,8 @@ class ThreadGroup:
 
     ``fn(t, item, chunk)`` returns the items it *completed*: a CPU thread completes the item it
     was given, a GPU completes the previous one once the new one is enqueued (its copy overlaps
-    the running kernel), and ``flush(t)`` completes what is still pending after the last item.
+    the running kernel), and ``flush(t)`` completes what is still pending: when the thread has
+    no further item queued, and after the last one.
     A chunk is released (``release(k)``) once every item of it is complete, so a streaming
     source reuses its buffer only after every unit is done with it. ``call`` and ``each`` run
     other work on a unit's own thread (a GPU context is only ever used from its thread). An
@@ -246,6 +247,12 @@ class ThreadGroup:
             def job(t):
                 try:
                     complete(fn(t, item, chunk))
+                    # Nothing more queued for this unit: complete what it holds now. A unit
+                    # waiting for its next chunk must not keep a finished one's buffer, which
+                    # the source may need to read that next chunk (two GPUs holding the only
+                    # two buffers of a small budget deadlocked without this).
+                    if flush is not None and self._queues[t].empty():
+                        complete(flush(t))
                 except BaseException as e:  # noqa: BLE001 - handed to the caller
                     fail(e)
 

@@ -1,12 +1,13 @@
 """Row orders and epoch plans: reproducible from their keys, and real permutations."""
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapfit.engine.workers import plan_epoch, row_order
 
 
+@settings(deadline=None)  # the first example JIT-compiles the shuffle when nothing else has
 @given(n=st.integers(0, 5000), bucket=st.integers(1, 9), seed=st.integers(0, 2**32))
 def test_row_order_is_a_permutation_fixed_by_its_key(n, bucket, seed):
     rows = row_order(n, bucket, [seed, 3, 1])
@@ -37,3 +38,38 @@ def test_plan_epoch_deals_every_chunk_once_or_splits_when_few():
     order, plan = plan_epoch([10], 2, rng)
     slices = [(it.k, it.slice, it.n_slices) for items in plan for it in items]
     assert slices == [(0, 0, 2), (0, 1, 2)]
+
+
+def test_units_that_defer_completion_never_starve_the_source():
+    """Two units that complete an item only when the next one comes (as GPUs do), fed by a
+    source with two buffers (a chunk needs a free one to be read): each unit completes what it
+    holds whenever nothing more is queued for it, so the pass ends instead of deadlocking."""
+    import threading
+
+    from snapfit.engine.workers import Item, ThreadGroup
+
+    buffers = threading.Semaphore(2)
+    n = 10
+
+    def chunks():
+        for k in range(n):
+            assert buffers.acquire(timeout=10), "the source starved: every buffer is held"
+            yield k, None
+
+    held = [None, None]
+
+    def run(t, item, chunk):  # complete the previous item, keep this one
+        prev, held[t] = held[t], item
+        return [] if prev is None else [(prev, t)]
+
+    def flush(t):
+        prev, held[t] = held[t], None
+        return [] if prev is None else [(prev, t)]
+
+    plan = [[Item(k, k % 2, k // 2) for k in range(n) if k % 2 == t] for t in range(2)]
+    group = ThreadGroup(2)
+    try:
+        done = group.run(chunks(), plan, run, lambda k: buffers.release(), flush)
+    finally:
+        group.close()
+    assert sorted(it.k for it, _ in done) == list(range(n))
