@@ -1,8 +1,8 @@
-"""Data on the device: resident chunks and pieces, streaming slots with pinned staging, DuHL.
+"""Data on the device: resident chunks and pieces, slots with pinned staging, DuHL.
 
 A GPU keeps as many *pieces* resident as its memory budget allows, preferring those with the
 largest duality gap per byte (DuHL: Duenner et al. 2017, "Efficient use of limited-memory
-accelerators for linear learning on heterogeneous systems"); everything else is streamed
+accelerators for linear learning on heterogeneous systems"); everything else is copied in
 through ``n_slots`` (>= 2) slots. A fixed chunk is one piece and is kept whole (a
 ``DeviceChunk``, kernels run on it in place); the pieces of a re-dealing source are kept as
 ``DevicePiece`` data and copied device-to-device into the slot of whichever chunk holds them.
@@ -77,8 +77,8 @@ class DevicePiece:
 @dataclass
 class DeviceChunk:
     """A chunk's arrays on the device, plus its rows' ``sqnorm``, packed ``alpha`` and a buffer
-    for the visiting order. Arrays may be longer than the chunk (streaming slots are sized for
-    the largest chunk); ``args()`` gives the kernels views of the exact length."""
+    for the visiting order. Arrays may be longer than the chunk (slots are sized for the
+    largest chunk); ``args()`` gives the kernels views of the exact length."""
 
     indptr: object
     indices: object
@@ -150,7 +150,7 @@ def host_dtypes(chunk) -> dict:
 
 @dataclass
 class Slot:
-    """One streaming slot: pinned staging buffers, device buffers and the two events."""
+    """One slot: pinned staging buffers, device buffers and the two events."""
 
     pinned: dict = field(default_factory=dict)
     device: DeviceChunk | None = None
@@ -184,11 +184,11 @@ def choose_residents(gaps, nbytes, budget: float) -> set[int]:
 
 
 def check_budget(budget: float, fixed: int, largest: int, n_slots: int) -> None:
-    """Raise ``ResourceError`` when ``budget`` cannot hold ``w`` views and the streaming slots."""
+    """Raise ``ResourceError`` when ``budget`` cannot hold ``w`` and the slots."""
     need = fixed + n_slots * largest
     if budget < need:
         raise ResourceError(
             f"gpu_memory_budget={int(budget)} bytes cannot hold the model ({fixed} bytes) and "
-            f"{n_slots} streaming slots for the largest chunk ({largest} bytes each): at least "
+            f"{n_slots} slots for the largest chunk ({largest} bytes each): at least "
             f"{need} bytes are needed. Raise the budget or use smaller chunks (chunk_rows)."
         )

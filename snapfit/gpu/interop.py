@@ -15,8 +15,8 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine.checkpoint import arrays_fingerprint
 from snapfit.engine.source import InMemorySource
 from snapfit.engine.state import DualState
+from snapfit.gpu.data import DeviceChunk
 from snapfit.gpu.simulator import serial
-from snapfit.gpu.stream import DeviceChunk
 from snapfit.solvers import gpu as kernels
 
 

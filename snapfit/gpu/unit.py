@@ -2,22 +2,23 @@
 
 ``bind()`` makes the unit's device current on that thread and creates its CUDA streams, its
 view of ``w`` and its slots; K GPUs are K independent units (``device_ids``), each with its own
-thread, streams, residents and budget. A pass over an item (rows ``[lo, hi)`` of chunk ``k``):
+thread, CUDA streams, residents and budget. A pass over an item (rows ``[lo, hi)`` of chunk
+``k``):
 
 - a fixed chunk kept whole on the device (``DeviceChunk``) is used where it is; its ``alpha``
   stays on the device across epochs while this unit is the only one to touch the chunk;
-- any other chunk is assembled in a streaming slot: row pointers from the host, then each run
+- any other chunk is assembled in a slot: row pointers from the host, then each run
   of its pieces either device-to-device from the pieces kept here or host-to-device from the
   host chunk (through the slot's pinned buffers, on the copy CUDA stream), the rows' ``alpha``
   from the host. The compute CUDA stream waits for the slot's ``copied`` event, runs the
   kernel, copies the rows' ``alpha`` back into the slot's pinned buffer and records ``done``;
 - ``run`` returns the *previous* item as completed once it is done and its ``alpha`` is back
   in the host arrays: the copy of item i overlaps the kernel of item i-1, and a host buffer is
-  released (refilled by the streaming source) only after the device is done with it.
+  released (refilled by a streaming source) only after the device is done with it.
 
 Under Numba's CUDA simulator kernels run one at a time in the whole process (its kernel state
 is global), so launches from several units' threads take turns (``simulator.serial``); on a
-GPU each unit launches freely on its own streams.
+GPU each unit launches freely on its own CUDA streams.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import numpy as np
 from numba import cuda
 
 from snapfit.engine.units import Unit, host_warm
-from snapfit.gpu.simulator import serial
-from snapfit.gpu.stream import (
+from snapfit.gpu.data import (
     DeviceChunk,
     DevicePiece,
     Slot,
@@ -37,11 +37,12 @@ from snapfit.gpu.stream import (
     host_dtypes,
     piece_device_bytes,
 )
+from snapfit.gpu.simulator import serial
 from snapfit.solvers import gpu as kernels
 
 
 class GpuUnit(Unit):
-    """Kernels, CUDA streams, resident data and streaming slots of one GPU.
+    """Kernels, CUDA streams, resident data and slots of one GPU.
 
     ``budget`` is the device memory (bytes) the unit may use; None takes 80% of the device's
     free memory when the unit binds. ``block`` threads per block and ``team`` threads per row
@@ -253,7 +254,7 @@ class GpuUnit(Unit):
 
     def _put(self, s: Slot, key: str, src: np.ndarray, dst, at: int = 0, total: int = 0) -> None:
         """Host ``src`` -> the slot's pinned buffer at ``at`` -> device ``dst[at:]`` (async,
-        on the copy stream). Disjoint ranges of one chunk use disjoint parts of the buffer, so
+        on the copy CUDA stream). Disjoint ranges of one chunk use disjoint parts of the buffer, so
         no copy still in flight is overwritten."""
         n = len(src)
         if n == 0:
@@ -344,7 +345,7 @@ class GpuUnit(Unit):
 
     def _capture(self, dc: DeviceChunk, r: int, z: int, m: int, nz: int) -> DevicePiece:
         """A piece of ``dc`` (rows ``[r, r+m)``, values ``[z, z+nz)``) copied to its own
-        device arrays, after the uploads queued before it on the copy stream."""
+        device arrays, after the uploads queued before it on the copy CUDA stream."""
         dt = {"indices": dc.indices.dtype, "y": dc.y.dtype, "sqnorm": dc.sqnorm.dtype,
               "values": None if dc.values is None else dc.values.dtype,
               "weight": None if dc.weight is None else dc.weight.dtype}  # fmt: skip

@@ -31,6 +31,17 @@ def make_problem_data(n=64, d=12, *, weights=False, ones=False, seed=1):
     return X, y, w
 
 
+def make_sparse_rows(n, d, nnz, *, seed=0):
+    """``n`` rows of ``nnz`` random features out of ``d`` (values in [0.5, 1.5]) and 0/1
+    labels from a planted model: data dual CD solves in a few dozen epochs."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d, size=(n, nnz))
+    values = rng.uniform(0.5, 1.5, n * nnz).astype(np.float32)
+    X = sp.csr_matrix((values, idx.ravel(), np.arange(0, n * nnz + 1, nnz)), shape=(n, d))
+    y = (X @ rng.normal(size=d) + rng.logistic(size=n) > 0).astype(np.int8)
+    return X, y
+
+
 def split_chunks(X, y, weight, step, *, ones=False):
     indptr = X.indptr.astype(np.int64)
     indices = X.indices.astype(np.int32)

@@ -72,3 +72,29 @@ def test_warm_start_on_the_gpu(data):
     est.set_params(max_iter=500).fit(X, y)
     cpu = snapfit.LogisticRegression(device="cpu", tol=1e-9, max_iter=500, random_state=0)
     assert_same_optimum(est, cpu.fit(X, y))
+
+
+def test_streamed_parquet_on_the_gpu(tmp_path):
+    """The reported crash: ``device="gpu"`` on Parquet larger than ``memory_budget``. The
+    streaming source re-deals its pieces into chunks of other sizes every epoch; the GPU node
+    used to keep its own per-chunk state sized on the first deal and failed on the second
+    (``ValueError: incompatible shape`` copying alpha). Now it trains on the source's state,
+    keyed by row, and reaches the in-memory optimum."""
+    from snapfit.data import Dataset
+    from snapfit.stream.budget import chunk_nbytes
+    from snapfit.stream.choose import resident_peak_nbytes
+    from tests.gpu.sim.conftest import make_sparse_rows
+
+    X, y = make_sparse_rows(n=600, d=64, nnz=6, seed=0)
+    path = tmp_path / "d.parquet"
+    # 25-row groups are cut into pieces of 2 and 3 rows, so a chunk's size changes with the
+    # deal: what made the old code fail.
+    write_parquet(path, X, y, row_group_rows=25)
+    ds = Dataset(str(path))
+    budget = 10_000  # below a third of the decoded data: streamed, with alpha spilled to disk
+    assert sum(chunk_nbytes(r.n_rows, r.nnz, True, False) for r in ds.chunks) > 3 * budget
+    assert resident_peak_nbytes(ds, 1) > budget
+    kw = dict(C=0.5, tol=1e-7, max_iter=300, random_state=0)
+    cpu = snapfit.LogisticRegression(device="cpu", **kw).fit(X, y)
+    gpu = snapfit.LogisticRegression(device="gpu", memory_budget=budget, **kw).fit(str(path))
+    assert_same_optimum(gpu, cpu)

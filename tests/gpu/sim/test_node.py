@@ -11,7 +11,7 @@ from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.engine.loop import run_epochs
 from snapfit.errors import ResourceError
 from snapfit.gpu import resolve_device
-from snapfit.gpu.stream import check_budget, chunk_device_bytes
+from snapfit.gpu.data import check_budget, chunk_device_bytes
 from snapfit.solvers import cpu
 from snapfit.train import make_trainer
 from tests.gpu.sim.conftest import cpu_reference, gpu_devices, make_problem_data, split_chunks
