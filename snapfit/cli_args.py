@@ -39,8 +39,34 @@ DEVICE = click.option(
     show_default=True,
     help="Where to train; 'gpu' fails (exit 4) when no usable GPU is found.",
 )
+
+
+def _device_ids(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        ids = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a list of GPU numbers like 0,1.") from None
+    if not ids or min(ids) < 0:
+        raise click.BadParameter(f"{value!r}: give GPU numbers >= 0, like 0,1.")
+    return ids
+
+
+GPUS = click.option(
+    "--gpus",
+    callback=_device_ids,
+    default=None,
+    metavar="IDS",
+    help="GPUs to train on, e.g. 0,1 (one unit each; implies --device gpu). On Dask workers: "
+    "the ids each worker uses (default 0, the GPU dask-cuda gives it).",
+)
 N_JOBS = click.option(
-    "--n-jobs", type=int, default=None, metavar="N", help="CPU threads (-1: all cores)."
+    "--n-jobs",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Host threads (-1: all cores); each GPU drives one, the others train on the CPU.",
 )
 CHUNK_ROWS = click.option(
     "--chunk-rows",

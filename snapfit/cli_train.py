@@ -17,6 +17,7 @@ from snapfit.cli_args import (
     DATA,
     DEVICE,
     FORCE,
+    GPUS,
     JSON,
     MODEL,
     N_JOBS,
@@ -53,10 +54,12 @@ def _test_logloss(data, coef, intercept: float) -> float:
 
 
 def _fit_on_dask(est, data, scheduler, workers, on_epoch):
-    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator."""
+    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
+    local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
     from snapfit.dask import DaskLogisticRegression, cluster_client
 
-    with cluster_client(scheduler=scheduler, n_workers=workers) as client:
+    gpu = est.device == "gpu"
+    with cluster_client(scheduler=scheduler, n_workers=workers, gpu=gpu) as client:
         dask_est = DaskLogisticRegression(client=client, **est.get_params())
         dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None))
         return dask_est.to_local()
@@ -86,6 +89,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
     help="Inverse regularization strength (scikit-learn's C; snapml's regularizer is 1/C).",
 )
 @DEVICE
+@GPUS
 @N_JOBS
 @memory_budget_option(None, "Host memory for training data, e.g. 2GB (default: half the RAM).")
 @CHUNK_ROWS
@@ -128,7 +132,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @FORCE
 def train(
-    data, test, out, C, device, n_jobs, memory_budget, chunk_rows, max_iter, tol, class_weight,
+    data, test, out, C, device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
+    class_weight,
     seed, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
 ):  # fmt: skip
     """Train a logistic regression model on DATA (Parquet file, directory or glob) and write
@@ -144,6 +149,10 @@ def train(
         raise click.UsageError("--resume needs --checkpoint-dir DIR (where the checkpoint is).")
     if scheduler and workers:
         raise click.UsageError("--scheduler and --workers exclude each other: use one.")
+    if gpus is not None:
+        if device == "cpu":
+            raise click.UsageError("--gpus names GPUs but --device is cpu; use --device gpu.")
+        device = "gpu"
     if (scheduler or workers) and (checkpoint_dir or test):
         raise click.UsageError(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
@@ -153,7 +162,7 @@ def train(
     check_output(out, [p for p in (data, test) if p], force=force)
     est = LogisticRegression(
         C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
-        memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
+        device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)

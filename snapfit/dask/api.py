@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 import numpy as np
@@ -17,6 +18,8 @@ from snapfit.dask._driver import (
 )
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
+
+log = logging.getLogger("snapfit")
 
 
 def _is_dask_collection(x) -> bool:
@@ -284,20 +287,31 @@ def fit(client, data, y=None, **params) -> DaskLogisticRegression:
 
 @contextlib.contextmanager
 def cluster_client(scheduler: str | None = None, n_workers: int | None = None, *,
-                   threads_per_worker: int | None = None, timeout: float = 60.0):  # fmt: skip
+                   threads_per_worker: int | None = None, gpu: bool = False,
+                   timeout: float = 60.0):  # fmt: skip
     """A ``distributed.Client`` for the CLI: to ``scheduler`` (``tcp://HOST:PORT``) or else to a
-    new ``LocalCluster`` of ``n_workers`` processes sharing this machine's cores. Closes what
-    it started."""
+    new local cluster of ``n_workers`` processes. With ``gpu`` that cluster is dask-cuda's
+    ``LocalCUDACluster`` when dask-cuda is installed: one worker per GPU (``n_workers``: the
+    first N; None: all), each seeing its own GPU as device 0. Closes what it started."""
     from distributed import Client, LocalCluster
 
     if scheduler:
         with Client(scheduler, timeout=timeout) as client:
             yield client
         return
-    if threads_per_worker is None:
-        threads_per_worker = max(1, (os.cpu_count() or 1) // max(1, n_workers or 1))
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                           processes=True, dashboard_address=None)  # fmt: skip
+    cluster = None
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            log.info("dask-cuda is not installed: a LocalCluster's workers use GPU 0 each")
+        else:
+            cluster = LocalCUDACluster(n_workers=n_workers, dashboard_address=None)
+    if cluster is None:
+        if threads_per_worker is None:
+            threads_per_worker = max(1, (os.cpu_count() or 1) // max(1, n_workers or 1))
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                               processes=True, dashboard_address=None)  # fmt: skip
     with cluster, Client(cluster, timeout=timeout) as client:
         yield client
 
