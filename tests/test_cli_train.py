@@ -98,6 +98,9 @@ def test_train_quiet_and_json_to_stdout(files, tmp_path, run):
         (["--max-iter", "0"], "Invalid value for '--max-iter'"),
         (["--class-weight", "even"], "'even' is not"),
         (["--resume"], "--resume needs --checkpoint-dir"),
+        (["--gpus", "0,x"], "is not a list of GPU numbers"),
+        (["--gpus", "-1"], "give GPU numbers >= 0"),
+        (["--gpus", "0", "--device", "cpu"], "--gpus names GPUs but --device is cpu"),
         (["--bogus"], "No such option"),
     ],
 )

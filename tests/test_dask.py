@@ -30,6 +30,7 @@ from snapfit.dask import (  # noqa: E402
 from snapfit.dask._driver import wait_all  # noqa: E402
 from snapfit.data import Dataset, write_parquet  # noqa: E402
 from snapfit.errors import ResourceError  # noqa: E402
+from tests.alarm import alarm  # noqa: E402
 
 C = 0.1
 
@@ -53,16 +54,9 @@ def _cluster():
 
 @pytest.fixture(autouse=True)
 def _alarm():
-    """Fail a test that runs longer than 4 minutes (a hang) instead of blocking the run."""
-
-    def boom(signum, frame):
-        raise TimeoutError("test exceeded its 240 s alarm")
-
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(240)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    """A hung test fails after 4 minutes instead of blocking the run."""
+    with alarm(240, "test"):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +256,33 @@ def test_gpu_on_workers_without_one_is_a_clear_error(client, data):
         est.fit(data[0])
     for addr in client.scheduler_info()["workers"]:
         assert addr in str(e.value)
+
+
+def test_a_new_gpu_cluster_is_dask_cudas_when_installed(monkeypatch, caplog):
+    """``cluster_client(gpu=True)`` starts dask-cuda's ``LocalCUDACluster`` (one worker per
+    GPU) when dask-cuda imports, else a ``LocalCluster`` and says so."""
+    import logging
+    import sys
+    import types
+
+    from snapfit.dask import cluster_client
+
+    made = {}
+
+    def local_cuda_cluster(**kw):
+        made.update(kw)
+        return distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                        dashboard_address=None)  # fmt: skip
+
+    fake = types.SimpleNamespace(LocalCUDACluster=local_cuda_cluster)
+    monkeypatch.setitem(sys.modules, "dask_cuda", fake)
+    with cluster_client(n_workers=1, gpu=True) as c:
+        assert len(c.scheduler_info()["workers"]) == 1
+    assert made == {"n_workers": 1, "dashboard_address": None}
+    monkeypatch.setitem(sys.modules, "dask_cuda", None)  # not installed: import fails
+    with caplog.at_level(logging.INFO, "snapfit"), cluster_client(n_workers=1, gpu=True) as c:
+        assert len(c.scheduler_info()["workers"]) == 1
+    assert "dask-cuda is not installed" in caplog.text
 
 
 def test_two_fits_on_one_cluster_do_not_collide(client, data):

@@ -98,3 +98,22 @@ def test_streamed_parquet_on_the_gpu(tmp_path):
     cpu = snapfit.LogisticRegression(device="cpu", **kw).fit(X, y)
     gpu = snapfit.LogisticRegression(device="gpu", memory_budget=budget, **kw).fit(str(path))
     assert_same_optimum(gpu, cpu)
+
+
+def test_device_input_resumes_from_its_checkpoint(data, tmp_path):
+    """A checkpoint of a fit on device input is keyed by the device data's fingerprint (copied
+    home for it): the same data resumes to the optimum, other data is refused."""
+    X, y = data
+    params = dict(device="gpu", tol=1e-9, random_state=0, checkpoint_dir=str(tmp_path))
+    first = snapfit.LogisticRegression(max_iter=2, **params)
+    with pytest.warns(Warning, match="max_iter"):
+        first.fit(FakeCupyCSR(X), y)
+    est = snapfit.LogisticRegression(max_iter=500, **params)
+    est.fit(FakeCupyCSR(X), y, resume=True)
+    assert est.history_[:2] == first.history_  # continued from epoch 2, did not start over
+    cpu = snapfit.LogisticRegression(device="cpu", tol=1e-9, max_iter=500, random_state=0)
+    assert_same_optimum(est, cpu.fit(X, y))
+    X2 = X.copy()
+    X2.data = X2.data * 2
+    with pytest.raises(ValueError, match="checkpoint"):
+        snapfit.LogisticRegression(max_iter=5, **params).fit(FakeCupyCSR(X2), y, resume=True)

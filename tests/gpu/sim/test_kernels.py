@@ -101,3 +101,29 @@ def test_choose_team():
     assert kernels.choose_team(39.0, 128) == 64
     assert kernels.choose_team(30.0, 128) == 32
     assert kernels.choose_team(5000.0, 128) == 128
+
+
+@pytest.mark.parametrize("has_values", [True, False])
+@pytest.mark.parametrize("from_margins", [True, False])
+def test_warm_start_equals_cpu(has_values, from_margins):
+    """The ``warm_start`` kernel is ``cpu.alpha_from_margins`` then ``cpu.accumulate_w``; rows
+    with implicit 1.0 values (``has_values`` False) take the other scatter loop."""
+    X, y, wt = make_problem_data(n=20, d=6, weights=True)
+    if not has_values:
+        X.data[:] = 1.0
+    args = list(_host_args(X, y, wt))
+    args[3] = has_values
+    rng = np.random.default_rng(5)
+    w0 = rng.normal(size=7)
+    alpha = rng.uniform(0.05, 0.5, 20)
+    alpha[wt == 0] = 0.0  # a row of bound 0 has alpha 0 from the start (neither pass writes it)
+    a_cpu, w_cpu = alpha.copy(), np.zeros(7)
+    if from_margins:
+        cpu.alpha_from_margins(*args, 1.5, 0.7, 1.0, w0, a_cpu)
+    cpu.accumulate_w(*args, 1.5, 0.7, 1.0, a_cpu, w_cpu)
+    d_alpha, d_w = cuda.to_device(alpha.copy()), cuda.to_device(np.zeros(7))
+    kernels.warm_start[2, 4](
+        *_dev(tuple(args)), 1.5, 0.7, 1.0, cuda.to_device(w0), from_margins, d_alpha, d_w, 4,
+    )  # fmt: skip
+    np.testing.assert_allclose(d_alpha.copy_to_host(), a_cpu, rtol=1e-12)
+    np.testing.assert_allclose(d_w.copy_to_host(), w_cpu, rtol=1e-12, atol=1e-14)

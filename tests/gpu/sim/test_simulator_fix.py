@@ -44,3 +44,14 @@ def test_the_patched_lookup_gives_every_thread_the_same_array(monkeypatch):
     assert len(_allocate_from_threads(patched, monkeypatch)) == 1
     # numba's own lookup, under the same interleaving, hands out several "shared" arrays
     assert len(_allocate_from_threads(patched.unlocked, monkeypatch)) > 1
+
+
+def test_installing_twice_keeps_one_patch_and_dynamic_shared_memory_is_numbas():
+    from snapfit.gpu.simulator import lock_shared
+
+    patched = kernelapi.FakeCUDAShared.array
+    lock_shared()
+    assert kernelapi.FakeCUDAShared.array is patched
+    shared = kernelapi.FakeCUDAShared(64)
+    dyn = patched(shared, 0, float64)  # size 0: the launch's dynamic buffer, as numba gives it
+    assert dyn.nbytes == 64 and np.shares_memory(dyn, patched(shared, 0, float64))

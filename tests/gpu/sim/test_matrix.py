@@ -1,0 +1,122 @@
+"""Every door, source and device mix reaches the same optimum (the composition matrix).
+
+Inputs {arrays, resident Parquet, Parquet streamed under a budget below a third of its decoded
+size} x devices {2 CPU threads, the GPU alone, the GPU and a CPU thread taking the residue, two
+GPU units} x placement {this process, a Dask LocalCluster of 2 worker processes}: each cell's
+primal objective is the in-memory CPU fit's within 1e-6 relative. Two GPU units share the
+simulator's one device (``device_ids=[0, 0]``); on a real machine they are two GPUs. Timings here
+are the simulator's (every CUDA thread a Python thread), not performance.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import snapfit
+from snapfit.data import Dataset, write_parquet
+from snapfit.stream.choose import resident_peak_nbytes, source_for_dataset
+from snapfit.stream.source import StreamSource
+from tests.alarm import alarm
+from tests.gpu.sim.conftest import make_sparse_rows
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+PARAMS = dict(C=0.5, tol=1e-7, max_iter=200, random_state=0)
+#: Bytes for the streamed cells: below a third of the decoded data (checked below) and, on a Dask
+#: worker, enough for its 300-row share's smallest stream.
+BUDGET = 11_500
+GROUP_ROWS = 25
+
+DEVICES = {
+    "cpu x2": dict(device="cpu", n_jobs=2),
+    "gpu": dict(device="gpu", n_jobs=1),
+    "gpu + cpu": dict(device="gpu", n_jobs=2),
+    "2 gpus": dict(device="gpu", device_ids=[0, 0], n_jobs=2),
+}
+INPUTS = ("arrays", "resident", "streamed")
+TIMES: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _alarm():
+    """A hung matrix cell fails after 4 minutes instead of blocking the run."""
+    with alarm(240, "matrix cell"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    X, y = make_sparse_rows(600, 64, 6, seed=0)
+    path = str(tmp_path_factory.mktemp("matrix") / "d.parquet")
+    write_parquet(path, X, y, row_group_rows=GROUP_ROWS)
+    dataset = Dataset(path)
+    assert BUDGET < resident_peak_nbytes(dataset, 1) / 3
+    ref = snapfit.LogisticRegression(device="cpu", n_jobs=1, **dict(PARAMS, tol=1e-10))
+    return X, y, path, ref.fit(X, y).history_[-1]["primal"]
+
+
+@pytest.fixture(scope="module")
+def client():
+    from snapfit.dask import warm_up
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  memory_limit="1GB", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:  # fmt: skip
+        warm_up(c)
+        yield c
+
+
+def _check(est, ref, cell):
+    TIMES[cell] = time.perf_counter() - TIMES[cell]
+    last = est.history_[-1]
+    assert last["exact"], cell
+    assert abs(last["primal"] - ref) <= 1e-6 * abs(ref), (cell, last["primal"], ref)
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_local(data, inputs, devices):
+    X, y, path, ref = data
+    dev = DEVICES[devices]
+    budget = BUDGET if inputs == "streamed" else None
+    est = snapfit.LogisticRegression(memory_budget=budget, **dev, **PARAMS)
+    if inputs != "arrays":
+        units = dev["n_jobs"]
+        chosen = source_for_dataset(Dataset(path), budget=budget or 1 << 40, n_units=units)
+        assert isinstance(chosen, StreamSource) == (inputs == "streamed")
+        chosen.close()
+    TIMES[("local", inputs, devices)] = time.perf_counter()
+    est.fit(X, y) if inputs == "arrays" else est.fit(path)
+    _check(est, ref, ("local", inputs, devices))
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_dask(client, data, inputs, devices):
+    from snapfit.dask import DaskLogisticRegression
+
+    X, y, path, ref = data
+    budget = BUDGET if inputs == "streamed" else None
+    est = DaskLogisticRegression(client=client, memory_budget=budget, **DEVICES[devices],
+                                 **PARAMS)  # fmt: skip
+    TIMES[("dask", inputs, devices)] = time.perf_counter()
+    if inputs == "arrays":
+        est.fit(da.from_array(X, chunks=(150, 64)), da.from_array(y, chunks=150))
+    else:
+        est.fit(path)
+    _check(est, ref, ("dask", inputs, devices))
+    dev = DEVICES[devices]
+    n_gpus = len(dev.get("device_ids", [0])) if dev["device"] == "gpu" else 0
+    assert len(est.parts_) == 2
+    for part in est.parts_:  # each worker ran the whole node: its units, its own stream
+        assert part["mode"] == ("stream" if inputs == "streamed" else "resident"), part
+        assert (part["units"], part["gpus"]) == (dev["n_jobs"], n_gpus), part
+
+
+def test_print_the_matrix():
+    """Not a check: the seconds of each cell (simulator time), for the record (pytest -s)."""
+    for cell, s in sorted(TIMES.items()):
+        print(f"{' / '.join(cell):40s} {s:6.1f} s")
