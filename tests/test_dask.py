@@ -207,7 +207,19 @@ def test_memory_budget_applies_on_the_workers(client, data, local):
                                  memory_budget=1_300_000)  # fmt: skip
     est.fit(path)
     assert {p["mode"] for p in est.parts_} == {"stream"}
+    assert {p["budget"] for p in est.parts_} == {1_300_000}
     assert _rel(est.history_[-1]["primal"], local.history_[-1]["primal"]) <= 1e-6
+
+
+def test_default_budget_is_half_the_workers_memory_limit(client, data):
+    """Without ``memory_budget`` each worker budgets half of its own ``memory_limit`` (1 GB
+    here), not half of the host's free memory, which the other workers share."""
+    from snapfit.stream.budget import default_memory_budget
+
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-3, max_iter=5, random_state=0)
+    est.fit(data[0])
+    assert default_memory_budget() > 500_000_000  # the host alone would allow more
+    assert {p["budget"] for p in est.parts_} == {500_000_000}
 
 
 def test_dask_array_fit_and_predict(client):

@@ -109,8 +109,9 @@ class Part:
         self.chunk_rows = chunk_rows
         self.source = None
         self.mode = "resident"
+        self.budget: int | None = None  # bytes for a Parquet share (arrays are already here)
         if kind == "parquet":
-            budget = resolve_budget(memory_budget, limit=limit)
+            budget = self.budget = resolve_budget(memory_budget, limit=limit)
             self._open_parquet(payload, kept, budget, chunk_rows)
         else:
             chunks = []
@@ -190,6 +191,7 @@ class Part:
             "mode": self.mode,
             "label_counts": counts,
             "load_seconds": self.load_seconds,
+            "budget": self.budget,
             "units": self.devices.n_units,
             "gpus": len(self.devices.gpu_ids),
         }

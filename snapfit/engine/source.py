@@ -204,7 +204,7 @@ class ResidentSource(InMemorySource):
     converged in 31 epochs where the same rows visited row group by row group needed 162 (3000
     Criteo-like rows, 3 row groups). The out-of-core path (``snapfit.stream``) is used instead
     when the data must not all be resident. ``chunk_rows`` cuts the rows into chunks of that
-    many (views, no copy): what a GPU whose memory cannot hold the whole set streams.
+    many (views, no copy): what a GPU whose memory cannot hold the whole set copies in turn.
     """
 
     def __init__(self, dataset, chunk_rows: int | None = None):

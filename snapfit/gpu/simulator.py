@@ -11,6 +11,11 @@ The simulator runs every CUDA thread of a block as a Python thread. Two of its l
   that lane 0 never wrote, and ``w`` takes updates its ``alpha`` never made (seen as
   ``w - w(alpha)`` jumping from 1e-15 to 1e-2, a fit that stops converging). ``lock_shared``
   makes that lookup atomic, keyed exactly as numba keys it (the calling file and line).
+
+And one cost: its barriers hand the GIL from thread to thread, so every ``syncthreads()``
+waited out CPython's 5 ms switch interval (a pass ran ~7x slower; Dask worker processes, which
+never see a test's settings, ran the matrix tests' GPU cells at a seventh of the speed).
+``install`` shortens the interval for the process, as it only matters to simulated kernels.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from snapfit.gpu.device import simulated
 
 #: Held around every kernel launch under the simulator (one kernel at a time per process).
 serial = threading.Lock() if simulated() else nullcontext()
+
+
+def install() -> None:
+    """Everything above, once per process that imports the kernels under the simulator."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    lock_shared()
+
+
+#: Seconds between GIL hand-offs under the simulator (CPython's default: 0.005).
+SWITCH_INTERVAL = 1e-4
 
 
 def lock_shared() -> None:

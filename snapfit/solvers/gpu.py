@@ -20,7 +20,7 @@ block runs the same number of loop iterations, so the barriers are always reache
 Every float32 input is widened with ``float()`` before arithmetic: compiled code does that
 anyway, but the simulator runs NumPy scalars, where ``float32 * python float`` stays float32.
 
-Launch geometry and streams are the caller's (``snapfit.gpu``); kernels only do arithmetic.
+Launch geometry and CUDA streams are the caller's (``snapfit.gpu``); kernels only do arithmetic.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from snapfit.gpu import simulator
 from snapfit.solvers import dual
 
 if simulator.simulated():
-    simulator.lock_shared()  # see snapfit.gpu.simulator: the simulator's shared arrays race
+    simulator.install()  # see snapfit.gpu.simulator: shared arrays race, GIL hand-offs
 
 # Device functions are inlined at Numba-IR level: besides saving the call, this compiles them as
 # part of each kernel, so ``compile_ptx`` for a chosen ``cc`` needs no GPU (a separately compiled
@@ -94,6 +94,33 @@ def partial_dot(lo, hi, lane, team, indices, values, has_values, w):
 
 
 @_device
+def row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg):
+    """``(C_i, lo, hi)`` of row ``i``: its bound and its entries ``[lo, hi)``. ``(0, 0, 0)``
+    when not ``valid`` (a team past the last row, still looping for the block's barriers) or
+    when the bound is 0 (a row that never moves is skipped)."""
+    c = 0.0
+    lo = 0
+    hi = 0
+    if valid:
+        c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        if c > 0.0:
+            lo = indptr[i]
+            hi = indptr[i + 1]
+    return c, lo, hi
+
+
+@_device
+def scatter(w, step, lo, hi, lane, team, indices, values, has_values):
+    """``w[indices[k]] += step * values[k]``, atomically, over this lane's share of ``[lo, hi)``."""
+    if has_values:
+        for k in range(lo + lane, hi, team):
+            cuda.atomic.add(w, indices[k], step * float(values[k]))
+    else:
+        for k in range(lo + lane, hi, team):
+            cuda.atomic.add(w, indices[k], step)
+
+
+@_device
 def geometry(n, team):
     """``(lane, team slot in block, position of this team's first row, stride, iterations)``.
 
@@ -126,16 +153,11 @@ def cd_pass(
     ent = 0.0
     for it in range(n_iter):
         p = first + it * stride
+        valid = p < rows.shape[0]
         i = 0
-        c = 0.0
-        lo = 0
-        hi = 0
-        if p < rows.shape[0]:
+        if valid:
             i = rows[p]
-            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
-            if c > 0.0:
-                lo = indptr[i]
-                hi = indptr[i + 1]
+        c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
         x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
         if lane == 0 and c > 0.0:
             x += w[d] * bias
@@ -158,12 +180,7 @@ def cd_pass(
         cuda.syncthreads()
         step = steps[slot]
         if step != 0.0:
-            if has_values:
-                for k in range(lo + lane, hi, team):
-                    cuda.atomic.add(w, indices[k], step * float(values[k]))
-            else:
-                for k in range(lo + lane, hi, team):
-                    cuda.atomic.add(w, indices[k], step)
+            scatter(w, step, lo, hi, lane, team, indices, values, has_values)
         # The block's next rows read w after this row's updates (rows of other blocks stay
         # asynchronous, as in TPA-SCD); with one row per block the pass is the CPU's, exactly.
         cuda.syncthreads()
@@ -191,14 +208,7 @@ def chunk_objective(
     for it in range(n_iter):
         p = first + it * stride
         i = row_lo + p
-        c = 0.0
-        lo = 0
-        hi = 0
-        if i < row_hi:
-            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
-            if c > 0.0:
-                lo = indptr[i]
-                hi = indptr[i + 1]
+        c, lo, hi = row_span(i, i < row_hi, indptr, y, weight, has_weight, c_pos, c_neg)
         x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
         if lane == 0 and c > 0.0:
             x += w[d] * bias
@@ -231,14 +241,7 @@ def warm_start(
     lane, slot, first, stride, n_iter = geometry(n, team)
     for it in range(n_iter):
         i = first + it * stride
-        c = 0.0
-        lo = 0
-        hi = 0
-        if i < n:
-            c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
-            if c > 0.0:
-                lo = indptr[i]
-                hi = indptr[i + 1]
+        c, lo, hi = row_span(i, i < n, indptr, y, weight, has_weight, c_pos, c_neg)
         x = 0.0
         if from_margins:
             x = partial_dot(lo, hi, lane, team, indices, values, has_values, w0)
@@ -258,12 +261,7 @@ def warm_start(
                 if bias != 0.0:
                     cuda.atomic.add(w, d, step * bias)
         if step != 0.0:
-            if has_values:
-                for k in range(lo + lane, hi, team):
-                    cuda.atomic.add(w, indices[k], step * float(values[k]))
-            else:
-                for k in range(lo + lane, hi, team):
-                    cuda.atomic.add(w, indices[k], step)
+            scatter(w, step, lo, hi, lane, team, indices, values, has_values)
 
 
 @cuda.jit

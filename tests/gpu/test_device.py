@@ -6,7 +6,7 @@ import os
 import pytest
 
 from snapfit.errors import ResourceError
-from snapfit.gpu import available, resolve_device
+from snapfit.gpu import available, device_count, resolve_device
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 pytestmark = pytest.mark.skipif(SIMULATED, reason="the simulator counts as a GPU")
@@ -18,6 +18,7 @@ def test_gpu_without_a_gpu_is_a_resource_error():
     with pytest.raises(ResourceError, match="device='gpu' was requested") as e:
         resolve_device("gpu")
     assert "device='cpu'" in str(e.value) and e.value.exit_code == 4
+    assert device_count() == 0  # so device_ids=[0] is refused too, before any unit is built
 
 
 def test_auto_falls_back_to_the_cpu_with_one_log_line(caplog):

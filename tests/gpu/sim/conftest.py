@@ -1,7 +1,5 @@
 """Tiny problems for the simulated GPU (every CUDA thread is a Python thread here)."""
 
-import sys
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,10 +8,6 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.gpu import SIMULATOR_LAUNCH
 from snapfit.train import train
-
-# The simulator's barriers hand the GIL between threads; the default 5 ms switch interval made
-# every syncthreads() wait for it (a pass ran ~7x slower).
-sys.setswitchinterval(1e-4)
 
 # Launch geometry the simulator can afford: 16 threads, 2 per row, 8 rows in flight.
 SIM_GPU = SIMULATOR_LAUNCH

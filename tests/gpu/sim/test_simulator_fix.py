@@ -5,6 +5,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from numba import float64
 from numba.cuda.simulator import kernelapi
 
@@ -55,3 +56,12 @@ def test_installing_twice_keeps_one_patch_and_dynamic_shared_memory_is_numbas():
     shared = kernelapi.FakeCUDAShared(64)
     dyn = patched(shared, 0, float64)  # size 0: the launch's dynamic buffer, as numba gives it
     assert dyn.nbytes == 64 and np.shares_memory(dyn, patched(shared, 0, float64))
+
+
+def test_importing_the_kernels_shortens_the_switch_interval():
+    """Every process that runs simulated kernels (Dask workers too) hands the GIL on quickly."""
+    import sys
+
+    from snapfit.gpu.simulator import SWITCH_INTERVAL
+
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
