@@ -72,3 +72,35 @@ def small():
     ref = cpu_reference(split_chunks(X, y, w, 64), problem)
     assert ref.converged
     return X, y, w, problem, ref
+
+
+@pytest.fixture(scope="module")
+def sim_client():
+    """A warmed-up LocalCluster of 2 worker processes (1 thread, 1 GB each) whose simulated
+    GPU kernels are left alone by Dask's diagnostics.
+
+    A simulated kernel starts a Python thread per CUDA thread. Dask's worker profiler (every
+    10 ms it walks every thread's stack) and its GC-timing callback then ran amid hundreds of
+    thread starts per second; in one of a few dozen fits a worker stopped with a GPU unit's
+    thread blocked in the simulator's ``Thread.start`` and the event loop inside that GC
+    callback (py-spy). Neither diagnostic matters on a real GPU, whose kernels start no
+    threads; here both are off, which also makes the workers' GPU cells faster.
+    """
+    import dask
+    import distributed
+
+    from snapfit.dask import warm_up
+
+    with dask.config.set({"distributed.worker.profile.enabled": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     memory_limit="1GB", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:  # fmt: skip
+        c.run(_no_gc_diagnosis)
+        warm_up(c)
+        yield c
+
+
+def _no_gc_diagnosis():
+    from distributed.gc import disable_gc_diagnosis
+
+    disable_gc_diagnosis(force=True)

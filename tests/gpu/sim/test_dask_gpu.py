@@ -38,14 +38,8 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client():
-    from snapfit.dask import warm_up
-
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  memory_limit="1GB", dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as c:  # fmt: skip
-        warm_up(c)
-        yield c
+def client(sim_client):
+    return sim_client
 
 
 def test_cli_trains_with_the_gpu_on_a_running_scheduler(client, data, tmp_path):
