@@ -6,8 +6,8 @@ import click
 
 
 def parse_bytes(text: str) -> int:
-    """A size such as ``2GB`` (decimal), ``512MiB`` or ``800M`` (binary), ``1e9``: the library's
-    parser, so ``--memory-budget`` means what ``memory_budget=`` means."""
+    """A size such as ``2GB`` or ``800M`` (decimal, as Dask), ``512MiB`` (binary), ``1e9``: the
+    library's parser, so ``--memory-budget`` means what ``memory_budget=`` means."""
     from snapfit.stream.budget import parse_memory_budget
 
     return parse_memory_budget(text)

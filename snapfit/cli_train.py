@@ -91,7 +91,11 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
 @DEVICE
 @GPUS
 @N_JOBS
-@memory_budget_option(None, "Host memory for training data, e.g. 2GB (default: half the RAM).")
+@memory_budget_option(
+    None,
+    "Host memory for training data, e.g. 2GB (default: half of what this process may still use, "
+    "cgroup limits included).",
+)
 @CHUNK_ROWS
 @click.option(
     "--max-iter",

@@ -74,7 +74,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     memory_budget : int, str or None
         Bytes of host memory for fits from Parquet (e.g. ``"2GB"``, ``"512MB"``). Data that
         does not fit is streamed from a raw cache in ``$SNAPFIT_TMPDIR`` (see
-        ``docs/out-of-core.md``). None: half of the memory available at fit time.
+        ``docs/out-of-core.md``). None: half of the memory this process may still use at fit
+        time (the host's available memory, cgroup limits included).
     chunk_rows : int or None
         Rows per chunk for in-memory input (None: one chunk, the best convergence per epoch).
     random_state : int, RandomState or None

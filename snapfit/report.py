@@ -14,7 +14,7 @@ import zipfile
 
 import numpy as np
 
-from snapfit.errors import DataError
+from snapfit.errors import DataError, SnapfitError
 
 
 def load_history(path) -> tuple[list[dict], dict]:
@@ -52,7 +52,12 @@ def plot_history(
     """Write a three-panel figure of ``history`` to ``out`` in format ``fmt`` (png, svg, pdf)."""
     if not history:
         raise DataError("the training history is empty; nothing to plot (was the model fitted?).")
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SnapfitError(
+            "plots need matplotlib, an optional dependency: pip install 'snapfit[plot]'."
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,3 +1,4 @@
+import gzip
 import json
 
 import pytest
@@ -88,3 +89,27 @@ def test_bad_files_exit_3_with_one_line(tmp_path, run):
 )
 def test_bad_flags_exit_2(run, args):
     assert run(*args).exit_code == 2
+
+
+def test_truncated_gzip_and_missing_directory_are_one_line_errors(tmp_path, run):
+    src = tmp_path / "day.tsv.gz"
+    assert run("make-data", "criteo-like", src, "--rows", 3000, "--tsv").exit_code == 0
+    cut = tmp_path / "cut.tsv.gz"
+    cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    out = tmp_path / "o.parquet"
+    res = run("convert", cut, out)
+    assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith("Error: ") and "cut.tsv.gz" in res.output
+    missing = tmp_path / "no" / "such" / "o.parquet"
+    res = run("convert", src, missing)
+    assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
+    assert "does not exist; create it first" in res.output
+    svm = tmp_path / "s.svm.gz"
+    with gzip.open(svm, "wt") as f:
+        f.writelines(f"{i % 2} {i % 97 + 1}:0.5 {i % 89 + 100}:1.5\n" for i in range(50_000))
+    svm.write_bytes(svm.read_bytes()[: svm.stat().st_size // 2])
+    res = run("convert", svm, out)
+    assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
+    assert "s.svm.gz: cannot be read" in res.output
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["cut.tsv.gz", "day.tsv.gz", "s.svm.gz"]

@@ -1,4 +1,5 @@
 import json
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -326,3 +327,11 @@ def test_train_on_a_local_dask_cluster(files, tmp_path, run):
     p = dask_model.predict_proba(files["test_X"])[:, 1]
     q = local.predict_proba(files["test_X"])[:, 1]
     assert abs(log_loss(files["test_y"], p) - log_loss(files["test_y"], q)) < 1e-3
+
+
+def test_report_without_matplotlib_says_which_extra(files, tmp_path, run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    res = run("report", files["json"], "--out", tmp_path / "c.png")
+    assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+    assert "pip install 'snapfit[plot]'" in res.output
+    assert list(tmp_path.iterdir()) == []

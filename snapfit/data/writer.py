@@ -50,6 +50,9 @@ def check_output(output, inputs=(), *, force: bool = False) -> str:
             raise DataError(f"{out}: is the input file; choose another output path.")
     if os.path.isdir(out):
         raise DataError(f"{out}: is a directory; give a file name for the output.")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise DataError(f"{out}: directory {parent} does not exist; create it first.")
     if os.path.exists(out) and not force:
         raise DataError(f"{out}: already exists; pass --force (force=True) to overwrite it.")
     return out
@@ -63,6 +66,8 @@ def atomic_output(output):
     """
     out = os.fspath(output)
     directory, name = os.path.split(os.path.abspath(out))
+    if not os.path.isdir(directory):
+        raise DataError(f"{out}: directory {directory} does not exist; create it first.")
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:

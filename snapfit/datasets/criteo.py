@@ -32,7 +32,7 @@ from snapfit.datasets.criteo_hash import (
     int_values,
     splitmix64,
 )
-from snapfit.datasets.textio import arrow_stream, head, open_binary
+from snapfit.datasets.textio import arrow_stream, head, open_binary, read_error
 from snapfit.errors import DataError
 
 _INT_RE = re.compile(rb"-?[0-9]+")
@@ -336,7 +336,7 @@ def _read_full(stream, view: memoryview) -> int:
     return got
 
 
-def _line_blocks(stream, size: int, free: queue.SimpleQueue):
+def _line_blocks(stream, size: int, free: queue.SimpleQueue, path: str = "input"):
     """Blocks of about ``size`` bytes of whole lines (the last line may lack its newline).
 
     Yields ``(text, holder)``: ``text`` a pyarrow buffer over ``holder``, a bytearray taken from
@@ -354,7 +354,10 @@ def _line_blocks(stream, size: int, free: queue.SimpleQueue):
             holder = bytearray(max(need, size + (1 << 16)))
         view = memoryview(holder)
         view[: len(rest)] = rest
-        end = len(rest) + _read_full(stream, view[len(rest) : need])
+        try:
+            end = len(rest) + _read_full(stream, view[len(rest) : need])
+        except (OSError, EOFError) as e:  # e.g. a truncated .gz: "Truncated compressed stream"
+            raise read_error(path, e) from None
         if end == len(rest):  # end of input
             free.put(holder)
             break
@@ -454,7 +457,7 @@ class _Job(NamedTuple):
                 # longer holds up the others.
                 pending = deque()
                 try:
-                    for text, holder in _line_blocks(stream, self.block_bytes, texts):
+                    for text, holder in _line_blocks(stream, self.block_bytes, texts, path):
                         pending.append(pool.submit(block, text, holder))
                         while pending and (len(pending) > 3 or pending[0].done()):
                             append(pending.popleft())

@@ -21,7 +21,7 @@ from snapfit.data.reader import Dataset
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
 from snapfit.data.writer import ChunkWriter, atomic_output, check_output
 from snapfit.datasets.criteo import ConvertReport
-from snapfit.datasets.textio import open_binary
+from snapfit.datasets.textio import open_binary, read_error
 from snapfit.errors import DataError
 
 
@@ -35,7 +35,10 @@ def _blocks(path, block_bytes: int):
     line, rest = 1, b""
     with open_binary(path) as f:
         while True:
-            data = f.read(block_bytes)
+            try:
+                data = f.read(block_bytes)
+            except (OSError, EOFError) as e:  # e.g. a truncated .gz
+                raise read_error(path, e) from None
             if not data:
                 break
             data = rest + data

@@ -36,4 +36,9 @@ def head(path, n_bytes: int = 1 << 16) -> bytes:
         with open_binary(path) as f:
             return f.read(n_bytes)
     except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot be read ({e}); check the file.") from None
+        raise read_error(path, e) from None
+
+
+def read_error(path, e: BaseException) -> DataError:
+    """The one-line error for a text input that fails mid-read (e.g. a truncated .gz)."""
+    return DataError(f"{path}: cannot be read ({e}); the file is damaged or truncated.")

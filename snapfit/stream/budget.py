@@ -24,35 +24,19 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 
 from snapfit.errors import ResourceError
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "k": 2**10,
-    "m": 2**20,
-    "g": 2**30,
-    "t": 2**40,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
 
 def parse_memory_budget(value) -> int:
-    """Bytes from an int or a string such as ``"2GB"``, ``"512MB"``, ``"1.5GiB"``, ``"800M"``,
-    ``"1e9"``. The one size parser of snapfit: the CLI's ``--memory-budget`` uses it too.
+    """Bytes from an int or a string such as ``"2GB"``, ``"512MB"``, ``"1.5GiB"``, ``"1e9"``.
 
-    ``KB/MB/GB/TB`` are decimal (10^3 ...), ``KiB/MiB/GiB/TiB`` and the bare letters ``K/M/G/T``
-    binary (2^10 ...), as in most command-line tools.
+    The one size parser of snapfit (the CLI's ``--memory-budget`` uses it too), and Dask's: a
+    string means exactly what ``dask.utils.parse_bytes`` makes of it, so the same text given
+    to a Dask worker's ``memory_limit`` and to ``memory_budget`` is the same number of bytes.
+    ``kB/MB/GB/TB`` and the bare letters ``k/M/G/T`` are decimal (10^3 ...), ``KiB/MiB/GiB/TiB``
+    binary (2^10 ...); case does not matter.
     """
     if isinstance(value, bool):
         raise TypeError(f"memory_budget must be an int or a string like '2GB'; got {value!r}.")
@@ -64,29 +48,27 @@ def parse_memory_budget(value) -> int:
         raise TypeError(
             f"memory_budget must be an int or a string like '2GB'; got {type(value).__name__}."
         )
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
+    from dask.utils import parse_bytes
+
+    try:
+        n = parse_bytes(value) if value.strip() else 0
+    except ValueError:
         raise ValueError(
             f"memory_budget {value!r} is not a size; write e.g. '2GB', '512MB', '1.5GiB' or an "
             "int number of bytes."
-        )
-    n = int(float(m.group(1)) * _UNITS[unit])
+        ) from None
     if n <= 0:
-        raise ValueError(f"memory_budget {value!r} is zero; give a positive size.")
-    return n
+        raise ValueError(f"memory_budget {value!r} is not a positive size.")
+    return int(n)
 
 
 def default_memory_budget() -> int:
-    """Half of the memory available now (``MemAvailable``), or 2 GB when it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
-    return 2 * 10**9
+    """Half of the memory this process may still use (the host's ``MemAvailable``, and no more
+    than its cgroup limits allow: see ``memlimit``), or 2 GB when neither can be read."""
+    from snapfit.stream.memlimit import available_memory
+
+    free = available_memory()
+    return 2 * 10**9 if free is None else free // 2
 
 
 def chunk_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:

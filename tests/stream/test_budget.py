@@ -1,6 +1,8 @@
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from snapfit.errors import ResourceError
 from snapfit.stream import parse_memory_budget, plan_budget
@@ -8,14 +10,31 @@ from snapfit.stream import parse_memory_budget, plan_budget
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("2GB", 2 * 10**9), ("512MB", 512 * 10**6), ("1.5GiB", 3 * 2**29), ("800M", 800 * 2**20),
+    [("2GB", 2 * 10**9), ("512MB", 512 * 10**6), ("1.5GiB", 3 * 2**29), ("800M", 800 * 10**6),
      (" 10 kb ", 10_000), (12345, 12345)],
 )  # fmt: skip
 def test_parse(text, expected):
     assert parse_memory_budget(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["two GB", "5XB", "", "0MB", -3])
+@given(
+    st.floats(0.001, 1e6, allow_nan=False),
+    st.sampled_from(["", "b", "B", "kB", "k", "K", "KiB", "MB", "M", "mib", "GB", "g", "TB"]),
+    st.sampled_from(["", " "]),
+)
+def test_parse_agrees_with_dask(number, unit, space):
+    from dask.utils import parse_bytes
+
+    text = f"{number!r}{space}{unit}"
+    expected = parse_bytes(text)
+    if expected > 0:
+        assert parse_memory_budget(text) == expected
+    else:
+        with pytest.raises(ValueError, match="not a positive size"):
+            parse_memory_budget(text)
+
+
+@pytest.mark.parametrize("bad", ["two GB", "5XB", "", "0MB", -3, "-1GB"])
 def test_parse_rejects(bad):
     with pytest.raises(ValueError):
         parse_memory_budget(bad)
