@@ -20,6 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
+from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
 from snapfit.engine.source import InMemorySource
@@ -207,6 +208,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         else:
             source, counts, rows_id = self._array_source(X, y, sample_weight)
         d = source.n_features
+        self.feature_map_ = featuremap.of_data(source if dataset is None else dataset)
         c_neg, c_pos = self._class_bounds(counts)
         problem = self._problem(d, c_neg, c_pos, seed, bias)
         user = [model_callback(cb, d, bias) for cb in callbacks]
@@ -334,8 +336,20 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     # -- prediction ------------------------------------------------------------------------
     def decision_function(self, X):
-        """Signed distance ``w.x + b``; positive means ``classes_[1]``."""
+        """Signed distance ``w.x + b``; positive means ``classes_[1]``.
+
+        ``X`` is what ``fit`` takes: arrays, CuPy arrays, or Parquet paths, globs and pyarrow
+        Tables in snapfit's format (labels not needed), read chunk by chunk after their feature
+        map is checked against the model's (``feature_map_``).
+        """
         check_is_fitted(self)
+        dataset = as_dataset(X, require_labels=False)
+        if dataset is not None:
+            from snapfit.scoring import check_map, iter_scores
+
+            check_map(self, dataset)
+            scores = [s for s, _, _ in iter_scores(self, dataset)]
+            return np.concatenate(scores) if scores else np.empty(0)
         if interop.is_device_input(X):
             return interop.decision_function(X, self.coef_.ravel(), float(self.intercept_[0]))
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
@@ -375,7 +389,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             classes = classes.astype(str)
         arrays = {"coef": self.coef_, "intercept": self.intercept_, "classes": classes}
         meta = {"params": model_io.jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
-                "history": self.history_}  # fmt: skip
+                "history": self.history_, "feature_map": featuremap.of_model(self)}  # fmt: skip
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):

@@ -92,12 +92,12 @@ def rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
     return h.hexdigest()
 
 
-def as_dataset(X):
+def as_dataset(X, *, require_labels: bool = True):
     """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
     if isinstance(X, (str, os.PathLike)) or (
         isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
     ):
-        return Dataset(X)
+        return Dataset(X, require_labels=require_labels)
     import pyarrow as pa
 
     if isinstance(X, pa.Table):

@@ -121,6 +121,7 @@ def load_estimator(path, est):
     except (KeyError, ValueError) as e:
         raise DataError(f"{os.fspath(path)}: model arrays are incomplete ({e}).") from None
     est.n_features_in_ = est.coef_.shape[1]
+    est.feature_map_ = header.get("feature_map") or {"n_features": est.n_features_in_}
     est.n_iter_ = np.array([header.get("n_iter", 0)], dtype=np.int32)
     est.history_ = header.get("history", [])
     return est

@@ -12,22 +12,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from snapfit import featuremap
 from snapfit.data import Dataset, atomic_output
-from snapfit.errors import DataError
 from snapfit.metrics import evaluate_batches
 from snapfit.solvers import cpu
 
 
 def open_for(model, path, *, require_labels: bool = True) -> Dataset:
-    """Open ``path`` and check its feature space fits ``model`` (same hash bits)."""
+    """Open ``path`` and check its feature map is the model's (format, hash bits, ...)."""
     data = Dataset(path, require_labels=require_labels)
-    d = model.coef_.shape[1]
-    if data.n_features > d:
-        raise DataError(
-            f"{data.source}: has n_features {data.n_features} but the model was trained with "
-            f"{d}; convert the data with the same hash bits as the training data."
-        )
+    check_map(model, data)
     return data
+
+
+def check_map(model, data) -> None:
+    """Refuse ``data`` (a Dataset) whose feature map differs from the fitted ``model``'s."""
+    featuremap.check(featuremap.of_model(model), featuremap.of_data(data), data.source)
 
 
 def chunk_scores(coef: np.ndarray, intercept: float, chunk) -> np.ndarray:

@@ -29,7 +29,8 @@ from snapfit.dask import (  # noqa: E402
 )
 from snapfit.dask._driver import wait_all  # noqa: E402
 from snapfit.data import Dataset, write_parquet  # noqa: E402
-from snapfit.errors import ResourceError  # noqa: E402
+from snapfit.datasets.criteo_like import make_criteo_like_parquet  # noqa: E402
+from snapfit.errors import DataError, ResourceError  # noqa: E402
 from tests.alarm import alarm  # noqa: E402
 
 C = 0.1
@@ -70,8 +71,6 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def criteo(tmp_path_factory):
     """3000 Criteo-like rows: dense integer fields shared by every row, hashed categoricals."""
-    from snapfit.datasets.criteo_like import make_criteo_like_parquet
-
     path = tmp_path_factory.mktemp("dask") / "criteo.parquet"
     make_criteo_like_parquet(path, 3000, seed=0, hash_bits=16, row_group_rows=500)
     return str(path)
@@ -197,6 +196,13 @@ def test_criteo_like_two_workers_reach_the_single_process_optimum(client, criteo
     # w is exactly w(alpha) over both workers' rows (alpha: the final round's checkpoint)
     w = np.r_[est.coef_.ravel(), est.intercept_]
     np.testing.assert_allclose(w, _w_of_alpha(criteo, est._alpha, C, C), rtol=0, atol=1e-10)
+    # the model knows how its data was hashed, and refuses data hashed otherwise
+    assert est.feature_map_ == ref.feature_map_ and est.feature_map_["hash_bits"] == 16
+    assert est.to_local().feature_map_ == ref.feature_map_
+    other = os.path.join(os.path.dirname(criteo), "bits15.parquet")
+    make_criteo_like_parquet(other, 100, seed=1, hash_bits=15)
+    with pytest.raises(DataError, match="its hash_bits is 15 but the model's is 16"):
+        est.predict_proba(other)
 
 
 def test_memory_budget_applies_on_the_workers(client, data, local):

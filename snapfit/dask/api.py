@@ -10,6 +10,7 @@ import os
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from snapfit import featuremap
 from snapfit.dask import _worker
 from snapfit.dask._driver import (
     alive_workers,
@@ -155,6 +156,8 @@ class DaskLogisticRegression(LogisticRegression):
             )
         inp.timeout = timeout
         self.n_features_in_ = inp.n_features
+        self.feature_map_ = (featuremap.of_data(dataset) if dataset is not None
+                             else featuremap.of_width(inp.n_features))  # fmt: skip
         bias = self._bias()
         problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
         callbacks = [c for c in (on_round, self._print_round if self.verbose else None) if c]
@@ -210,6 +213,9 @@ class DaskLogisticRegression(LogisticRegression):
             return X.map_blocks(_worker.decision_block, coef, b, drop_axis=1, dtype=np.float64)
         dataset = _predict_dataset(X)
         if dataset is not None:
+            from snapfit.scoring import check_map
+
+            check_map(self, dataset)
             return _parquet_decision(dataset, self.coef_.ravel(), float(self.intercept_[0]))
         return super().decision_function(X)
 
@@ -239,6 +245,7 @@ class DaskLogisticRegression(LogisticRegression):
             setattr(est, name, getattr(self, name).copy() if name != "n_features_in_"
                     else self.n_features_in_)  # fmt: skip
         est.history_ = [dict(h) for h in self.history_]
+        est.feature_map_ = dict(featuremap.of_model(self))
         return est
 
     def __getstate__(self):
