@@ -344,4 +344,34 @@ def report(source, out, title, force):
     click.echo(f"Wrote {out} ({len(history)} epochs).")
 
 
-commands = [train, predict, evaluate, report]
+@click.command()
+@MODEL
+@click.argument("out", type=click.Path(dir_okay=False), metavar="OUT")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "onnx"]),
+    default=None,
+    help="json: readable nonzero weights, intercept and feature map; onnx: a graph for ONNX "
+    "runtimes (dense float input; needs snapfit[onnx]). Default: from OUT's suffix.",
+)
+@FORCE
+def export(model, out, fmt, force):
+    """Write MODEL as JSON or ONNX to OUT, for serving outside Python."""
+    import snapfit
+    from snapfit.data import check_output
+    from snapfit.export import export as run
+
+    if fmt is None:
+        fmt = out.rsplit(".", 1)[-1].lower() if "." in out else ""
+        if fmt not in ("json", "onnx"):
+            raise click.BadParameter(
+                f"{out!r}: pass --format json|onnx or end OUT in .json or .onnx.",
+                param_hint="'--format'",
+            )
+    check_output(out, [model], force=force)
+    run(snapfit.load(model), out, fmt)
+    click.echo(f"Wrote {out} ({fmt}).")
+
+
+commands = [train, predict, evaluate, report, export]
