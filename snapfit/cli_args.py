@@ -76,8 +76,20 @@ CHUNK_ROWS = click.option(
     help="Rows per chunk when the data is cut in memory.",
 )
 FORCE = click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+
+
+class PathOrURL(click.Path):
+    """An existing local path, or a URL (``s3://``, ``gs://``, ``hdfs://``, ``file://``, any
+    fsspec protocol) that is checked when it is read."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "://" in value:
+            return value
+        return super().convert(value, param, ctx)
+
+
 MODEL = click.argument("model", type=click.Path(exists=True, dir_okay=False), metavar="MODEL")
-DATA = click.argument("data", type=click.Path(exists=True), metavar="DATA")
+DATA = click.argument("data", type=PathOrURL(exists=True), metavar="DATA")
 
 
 def memory_budget_option(default, help):

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from snapfit.cli_args import FORCE
+from snapfit.cli_args import FORCE, PathOrURL
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
 
 _ROW_GROUP_ROWS = click.option(
@@ -35,7 +35,7 @@ def _summary(report, seconds: float) -> str:
 
 
 @click.command()
-@click.argument("input", type=click.Path(exists=True), metavar="INPUT")
+@click.argument("input", type=PathOrURL(exists=True), metavar="INPUT")
 @click.argument("output", type=click.Path(dir_okay=False), metavar="OUTPUT")
 @click.option(
     "--format",

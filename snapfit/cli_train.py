@@ -21,6 +21,7 @@ from snapfit.cli_args import (
     JSON,
     MODEL,
     N_JOBS,
+    PathOrURL,
     memory_budget_option,
 )
 from snapfit.cli_format import (
@@ -69,7 +70,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
 @DATA
 @click.option(
     "--test",
-    type=click.Path(exists=True),
+    type=PathOrURL(exists=True),
     metavar="TEST",
     help="Labelled data scored after every epoch (test log loss) and at the end (all metrics).",
 )

@@ -144,6 +144,7 @@ def test_balance_by_nnz():
 
 def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local, monkeypatch):
     path, _, _ = data
+    url = f"file://{path}"
 
     def no_reading(self, *args, **kwargs):
         raise AssertionError("the client read training data")
@@ -152,13 +153,13 @@ def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local,
         for name in ("read_chunk", "iter_chunks", "label_counts"):
             m.setattr(Dataset, name, no_reading)
         est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0)
-        est.fit(path)
+        est.fit(url)  # the workers open the file by its URL, as they would s3:// or gs://
     last = est.history_[-1]
     assert last["exact"] and last["rel_gap"] <= 1e-8  # stopped on the exact global gap
     assert _rel(last["primal"], local.history_[-1]["primal"]) <= 1e-6
     np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-3)
     # every worker read exactly the row groups it was given, and together all of them once
-    refs = Dataset(path).chunks
+    refs = Dataset(url).chunks
     parts = [p for p in est.parts_ if p["generation"] == 0]
     assert len(parts) == 2 and len({p["address"] for p in parts}) == 2
     seen = []

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
+from snapfit.data import fs
 from snapfit.data.reader import Dataset
 
 _PLUMBING = ("row_group_nnz", "n_features", "format_version")
@@ -26,7 +25,7 @@ def dataset_info(source) -> dict:
         "has_labels": ds.has_labels,
         "has_values": any(ds.has_values_in(f) for f in ds.files),
         "positive_rate": n_pos / (n_pos + n_neg) if ds.has_labels else None,
-        "bytes": sum(os.path.getsize(f) for f in ds.files),
+        "bytes": sum(fs.size(f) for f in ds.files),
         "format_version": ds.metadata.get("format_version"),
         "provenance": {k: v for k, v in ds.metadata.items() if k not in _PLUMBING},
     }

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from snapfit.data import fs
 from snapfit.data import validate as v
 from snapfit.data.chunk import Chunk
 from snapfit.data.schema import (
@@ -49,6 +50,8 @@ def resolve_files(source) -> list[str]:
     if isinstance(source, (list, tuple)):
         return [f for s in source for f in resolve_files(s)]
     path = os.fspath(source)
+    if fs.is_url(path):
+        return fs.list_files(path)
     if os.path.isdir(path):
         return sorted(
             os.path.join(path, n)
@@ -93,7 +96,7 @@ def _check_schema(file: str, schema: pa.Schema) -> None:
 
 def _open(file: str) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(file)
+        return fs.parquet_file(file)
     except (pa.ArrowInvalid, OSError) as e:
         raise DataError(
             f"{file}: not a Parquet file or truncated ({str(e).splitlines()[0]}); "

@@ -1,4 +1,5 @@
-"""Opening text inputs (plain or gzip, detected from the first bytes, not the file name)."""
+"""Opening text inputs (plain or gzip, detected from the first bytes, not the file name), from
+local paths or URLs (``snapfit.data.fs``)."""
 
 from __future__ import annotations
 
@@ -7,27 +8,39 @@ import os
 
 import pyarrow as pa
 
+from snapfit.data import fs
 from snapfit.errors import DataError
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def _raw(path):
+    if fs.is_url(path):
+        return fs.open_input(path, stream=True)
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file; check the input path.")
+    return open(path, "rb")
+
+
 def is_gzip(path) -> bool:
-    with open(path, "rb") as f:
+    with _raw(path) as f:
         return f.read(2) == GZIP_MAGIC
 
 
 def open_binary(path):
     """A binary file object over ``path``, decompressing gzip."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: no such file; check the input path.")
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    if fs.is_url(path):
+        return arrow_stream(path)
+    return gzip.open(path, "rb") if is_gzip(path) else _raw(path)
 
 
 def arrow_stream(path) -> pa.NativeFile:
     """A pyarrow input stream over ``path``, decompressing gzip."""
-    return pa.input_stream(os.fspath(path), compression="gzip" if is_gzip(path) else None)
+    compression = "gzip" if is_gzip(path) else None
+    if fs.is_url(path):
+        return fs.open_input(path, stream=True, compression=compression)
+    return pa.input_stream(os.fspath(path), compression=compression)
 
 
 def head(path, n_bytes: int = 1 << 16) -> bytes:

@@ -153,12 +153,20 @@ def plan_budget(
     slot = max(1, max_chunk_bytes)
     minimum = max(fixed + 2 * slot + resident_min, ingest_bytes)
     if budget < minimum:
-        window = f" + {resident_min / 1e6:.0f} MB of decoded row groups" if resident_min else ""
+        window = f" + {resident_min / 1e6:.1f} MB of decoded row groups" if resident_min else ""
+        training = (
+            f"{fixed / 1e6:.1f} MB of w views for {n_jobs} thread(s) x {n_features} features + "
+            f"2 read buffers of {slot / 1e6:.1f} MB, the largest chunk{window}"
+        )
+        if ingest_bytes > fixed + 2 * slot + resident_min:
+            why = f"the first pass decodes a batch of {ingest_bytes / 1e6:.1f} MB; training needs "
+            why += training
+        else:
+            why = training
         raise ResourceError(
             f"memory_budget of {budget / 1e6:.1f} MB is too small: the minimum here is "
-            f"{math.ceil(minimum / 1e6)} MB ({fixed / 1e6:.1f} MB of w views for {n_jobs} "
-            f"thread(s) x {n_features} features + 2 read buffers of {slot / 1e6:.1f} MB, the "
-            f"largest chunk{window}). Raise the budget or pass a smaller chunk_rows."
+            f"{math.ceil(minimum / 1e5) / 10:.1f} MB ({why}). Raise the budget or pass a smaller "
+            "chunk_rows."
         )
     dual = dual_per_row * n_rows
     avail = budget - fixed - resident_min

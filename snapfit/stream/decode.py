@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from snapfit.data.chunk import Chunk
+from snapfit.data.fs import parquet_file
 from snapfit.data.reader import decode_table
 from snapfit.data.schema import INDICES, LABEL, VALUES, WEIGHT
 from snapfit.engine.source import concat_chunks
@@ -72,7 +73,7 @@ class PieceDecoder:
         if files is None:
             files = self._local.files = {}
         if path not in files:
-            files[path] = pq.ParquetFile(path, buffer_size=STREAM_BUFFER, pre_buffer=False)
+            files[path] = parquet_file(path, buffer_size=STREAM_BUFFER, pre_buffer=False)
         return files[path]
 
     def _batches(self, g: int):
@@ -176,7 +177,7 @@ def file_flags(dataset) -> tuple[bool, bool]:
     """(any file has ``values``, any file has ``weight``): a chunk mixes pieces of all files."""
     has_values = has_weight = False
     for f in getattr(dataset, "files", []):
-        names = pq.ParquetFile(f).schema_arrow.names
+        names = parquet_file(f).schema_arrow.names
         has_values |= VALUES in names
         has_weight |= WEIGHT in names
     return has_values, has_weight

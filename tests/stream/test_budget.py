@@ -41,9 +41,13 @@ def test_parse_rejects(bad):
 
 
 def test_too_small_names_the_minimum():
-    with pytest.raises(ResourceError, match=r"minimum here is \d+ MB"):
+    with pytest.raises(ResourceError, match=r"minimum here is \d+\.\d MB \([\d.]+ MB of w views"):
         plan_budget(10**6, n_features=2**20, n_jobs=2, n_rows=10, max_chunk_bytes=10**6,
                     ingest_bytes=10**6)  # fmt: skip
+    with pytest.raises(ResourceError, match=r"minimum here is 100.0 MB \(the first pass decodes "
+                       r"a batch of 100.0 MB; training needs"):  # fmt: skip
+        plan_budget(10**6, n_features=2**20, n_jobs=2, n_rows=10, max_chunk_bytes=10**6,
+                    ingest_bytes=10**8)  # fmt: skip
 
 
 def test_dual_spills_when_it_would_not_fit():
