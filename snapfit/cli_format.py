@@ -126,6 +126,7 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
             f"tol {est.tol:g}{advice})",
         ),
         ("primal", f"{last['primal']:.8g}"),
+        *_best_rows(est),
         ("dual", f"{last['dual']:.8g}"),
         ("train rows", f"{data.n_rows} ({data.nnz} nnz, {data.n_features} features)"),
         (
@@ -137,6 +138,16 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
         rows += metric_rows(metrics, "test ")
     rows.append(("model", out))
     return table(rows)
+
+
+def _best_rows(est) -> list[tuple[str, str]]:
+    """The validation summary: best epoch and its metric, and whether that model was kept."""
+    best = getattr(est, "best_iteration_", None)
+    if best is None:
+        return []
+    metric = est.validation_metric
+    kept = "kept" if est.early_stopping_rounds is not None else "last epoch kept"
+    return [("best epoch", f"{best} (validation {metric} {est.best_score_:.6f}; {kept})")]
 
 
 def extra_of(h: dict, history: list[dict]) -> dict:

@@ -54,7 +54,7 @@ def _test_logloss(data, coef, intercept: float) -> float:
     return loss / total
 
 
-def _fit_on_dask(est, data, scheduler, workers, on_epoch):
+def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
     local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
     from snapfit.dask import DaskLogisticRegression, cluster_client
@@ -62,7 +62,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
     gpu = est.device == "gpu"
     with cluster_client(scheduler=scheduler, n_workers=workers, gpu=gpu) as client:
         dask_est = DaskLogisticRegression(client=client, **est.get_params())
-        dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None))
+        dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None), validation=validation)
         return dask_est.to_local()
 
 
@@ -73,6 +73,27 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
     type=PathOrURL(exists=True),
     metavar="TEST",
     help="Labelled data scored after every epoch (test log loss) and at the end (all metrics).",
+)
+@click.option(
+    "--validation",
+    type=PathOrURL(exists=True),
+    metavar="VALID",
+    help="Labelled held-out data scored after every epoch by --validation-metric; with "
+    "--early-stopping-rounds the best epoch's model is the one written.",
+)
+@click.option(
+    "--early-stopping-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Stop when the validation metric has not improved for N epochs (needs --validation).",
+)
+@click.option(
+    "--validation-metric",
+    type=click.Choice(["logloss", "auc"]),
+    default="logloss",
+    show_default=True,
+    help="What --validation is scored by (log loss: lower is better; AUC: higher).",
 )
 @click.option(
     "--out",
@@ -137,7 +158,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @FORCE
 def train(
-    data, test, out, C, device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
+    data, test, validation, early_stopping_rounds, validation_metric, out, C,
+    device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
     seed, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
 ):  # fmt: skip
@@ -158,16 +180,19 @@ def train(
         if device == "cpu":
             raise click.UsageError("--gpus names GPUs but --device is cpu; use --device gpu.")
         device = "gpu"
+    if early_stopping_rounds and not validation:
+        raise click.UsageError("--early-stopping-rounds needs --validation FILE.")
     if (scheduler or workers) and (checkpoint_dir or test):
         raise click.UsageError(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
             "dual variables on the driver every round and is evaluated with `snapfit evaluate`."
         )
     start = time.perf_counter()
-    check_output(out, [p for p in (data, test) if p], force=force)
+    check_output(out, [p for p in (data, test, validation) if p], force=force)
     est = LogisticRegression(
         C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
         device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
+        early_stopping_rounds=early_stopping_rounds, validation_metric=validation_metric,
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)
@@ -193,9 +218,9 @@ def train(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             if scheduler or workers:
-                est = _fit_on_dask(est, data, scheduler, workers, on_epoch)
+                est = _fit_on_dask(est, data, scheduler, workers, on_epoch, validation)
             else:
-                est.fit(data, resume=resume, callbacks=[on_epoch])
+                est.fit(data, validation=validation, resume=resume, callbacks=[on_epoch])
     except KeyboardInterrupt:
         progress.close()
         if checkpoint_dir:
@@ -235,6 +260,9 @@ def train(
                 "params": params,
                 "converged": converged,
                 "n_iter": int(est.n_iter_[0]),
+                "validation": validation,
+                "best_iteration": getattr(est, "best_iteration_", None),
+                "best_score": getattr(est, "best_score_", None),
                 "rows": train_data.n_rows,
                 "nnz": train_data.nnz,
                 "n_features": train_data.n_features,

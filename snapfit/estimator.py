@@ -92,6 +92,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         continues from it. Set ``random_state`` to make resumed runs reproducible.
     checkpoint_every : int, default=1
         Epochs between checkpoints.
+    early_stopping_rounds : int or None
+        With ``fit(..., validation=data)``: stop once the validation metric has not improved
+        for this many epochs and keep the best epoch's model (``best_iteration_``). None:
+        score the validation data every epoch but train to ``tol`` and keep the last model.
+    validation_metric : {"logloss", "auc"}, default="logloss"
+        The metric of ``validation`` data that early stopping watches.
 
     Attributes
     ----------
@@ -100,7 +106,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     classes_ : ndarray of shape (2,)
     n_iter_ : ndarray of shape (1,)
     history_ : list of dict
-        Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait.
+        Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait,
+        and ``validation_<metric>`` when fitted with validation data.
+    feature_map_ : dict
+        How the training data was built (format, hash bits, transform, n_features...); scorers
+        refuse data built another way.
+    best_iteration_, best_score_ : int, float
+        With validation data: the epoch (1-based) with the best validation metric, and that
+        metric.
 
     Examples
     --------
@@ -129,6 +142,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "verbose": ["verbose"],
         "checkpoint_dir": [str, os.PathLike, None],
         "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+        "early_stopping_rounds": [Interval(Integral, 1, None, closed="left"), None],
+        "validation_metric": [StrOptions({"logloss", "auc"})],
     }
 
     def __init__(
@@ -150,6 +165,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         verbose=0,
         checkpoint_dir=None,
         checkpoint_every=1,
+        early_stopping_rounds=None,
+        validation_metric="logloss",
     ):
         self.C = C
         self.fit_intercept = fit_intercept
@@ -167,6 +184,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_metric = validation_metric
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -175,7 +194,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return tags
 
     # -- fitting ---------------------------------------------------------------------------
-    def fit(self, X, y=None, sample_weight=None, *, resume=False, callbacks=()):
+    def fit(self, X, y=None, sample_weight=None, *, validation=None, resume=False, callbacks=()):
         """Fit on an array or sparse matrix with labels ``y``, or on Parquet data with labels
         inside: a path, directory, glob or list of them, or a ``pyarrow.Table`` in snapfit's
         format (``label``, ``indices``, optional ``values`` and ``weight``). For Parquet input
@@ -185,7 +204,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         one made with other data or parameters is refused). ``callbacks`` are called after each
         epoch as ``cb(record, coef, intercept)`` with the ``snapfit.engine.EpochRecord`` and the
         model so far (``coef`` is a read-only view: copy it to keep it); one returning True stops
-        the fit."""
+        the fit.
+
+        ``validation``: held-out data scored with ``validation_metric`` after every epoch (what
+        ``fit`` takes: Parquet paths or a Table, or a tuple ``(X, y)`` / ``(X, y,
+        sample_weight)``); with ``early_stopping_rounds`` the fit stops when it stops improving
+        and keeps the best epoch's model."""
         self._validate_params()
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
@@ -211,16 +235,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.feature_map_ = featuremap.of_data(source if dataset is None else dataset)
         c_neg, c_pos = self._class_bounds(counts)
         problem = self._problem(d, c_neg, c_pos, seed, bias)
+        stopper = self._early_stopping(validation, d, bias)
         user = [model_callback(cb, d, bias) for cb in callbacks]
         result = train(
             source, problem, devices=devices,
             warm=self._warm(source, c_pos, c_neg, bias, rows_id),
             checkpoint=self._checkpoints(resume),
-            callbacks=([self._print_epoch] if self.verbose else []) + user,
+            callbacks=([stopper] if stopper else []) + ([self._print_epoch] if self.verbose else [])
+            + user,
         )  # fmt: skip
         self._dual = (result.alpha, c_pos, c_neg, rows_id)
         history = [rec.as_dict() for rec in result.history]
-        return self._keep(result.w, result.n_iter, result.converged, history, bias, "epochs")
+        return self._keep(result.w, result.n_iter, result.converged, history, bias, "epochs",
+                          stopper)  # fmt: skip
 
     def _array_source(self, X, y, sample_weight):
         X, y = validate_data(
@@ -307,9 +334,33 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return Checkpoints(os.fspath(self.checkpoint_dir), every=int(self.checkpoint_every),
                            resume=bool(resume))  # fmt: skip
 
-    def _keep(self, w, n_iter: int, converged: bool, history: list[dict], bias: float, unit: str):
+    def _early_stopping(self, validation, d: int, bias: float):
+        """The validation callback for ``fit(validation=...)``, or None."""
+        if validation is None:
+            if self.early_stopping_rounds is not None:
+                raise ValueError(
+                    "early_stopping_rounds needs validation data: fit(X, y, validation=...)."
+                )
+            return None
+        from snapfit.validation import EarlyStopping, validation_data
+
+        data = validation_data(validation, self.classes_, d)
+        return EarlyStopping(data, metric=self.validation_metric, n_features=d, bias=bias,
+                             rounds=self.early_stopping_rounds)  # fmt: skip
+
+    def _keep(self, w, n_iter: int, converged: bool, history: list[dict], bias: float, unit: str,
+              stopper=None):  # fmt: skip
         """The fitted attributes from a result (``w``: coefficients, intercept weight last);
-        a fit that stopped at ``max_iter`` warns with scikit-learn's ``ConvergenceWarning``."""
+        a fit that stopped at ``max_iter`` warns with scikit-learn's ``ConvergenceWarning``.
+        With early stopping the best validation epoch's ``w`` is kept instead of the last."""
+        if stopper is not None:
+            stopper.annotate(history)
+            self.best_iteration_, self.best_score_ = stopper.best_epoch, stopper.best_score
+            if self.early_stopping_rounds is not None and stopper.best_w is not None:
+                if not stopper.best_is_last:
+                    self._dual = None  # the dual point is the last epoch's, not the best one's
+                w = stopper.best_w
+                converged = converged or stopper.stopped
         d = len(w) - 1
         self.coef_ = np.asarray(w[:d]).reshape(1, d).copy()
         self.intercept_ = np.array([w[d] * bias])
@@ -390,6 +441,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         arrays = {"coef": self.coef_, "intercept": self.intercept_, "classes": classes}
         meta = {"params": model_io.jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
                 "history": self.history_, "feature_map": featuremap.of_model(self)}  # fmt: skip
+        if hasattr(self, "best_iteration_"):
+            meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):

@@ -124,4 +124,6 @@ def load_estimator(path, est):
     est.feature_map_ = header.get("feature_map") or {"n_features": est.n_features_in_}
     est.n_iter_ = np.array([header.get("n_iter", 0)], dtype=np.int32)
     est.history_ = header.get("history", [])
+    if "best_iteration" in header:
+        est.best_iteration_, est.best_score_ = header["best_iteration"], header["best_score"]
     return est

@@ -373,3 +373,23 @@ def test_fit_survives_a_killed_worker(client, tmp_path):
     calm_median = sorted(calm_s)[1]
     print(f"undisturbed {calm_median:.2f} s (median of 3), with a killed worker {hit_s:.2f} s")
     assert hit_s <= 2.0 * calm_median
+
+
+def test_early_stopping_on_a_cluster_keeps_the_best_round(client, criteo, tmp_path):
+    valid = str(tmp_path / "valid.parquet")
+    make_criteo_like_parquet(valid, 1000, seed=5, hash_bits=16)
+    kw = dict(C=C, tol=1e-8, max_iter=40, random_state=0)
+    full = DaskLogisticRegression(client=client, **kw).fit(criteo, validation=valid)
+    scores = [h["validation_logloss"] for h in full.history_]
+    assert full.best_score_ == min(scores) and full.best_iteration_ == 1 + int(np.argmin(scores))
+    est = DaskLogisticRegression(client=client, early_stopping_rounds=1, **kw)
+    est.fit(criteo, validation=valid)
+    got = [h["validation_logloss"] for h in est.history_]
+    assert got == scores[: len(got)]  # the same rounds, scored the same, up to the stop
+    stop = next(e for e in range(2, len(scores) + 1) if scores[e - 1] >= min(scores[: e - 1]))
+    assert len(got) == stop and est.best_iteration_ == stop - 1
+    local = est.to_local()
+    assert local.best_iteration_ == est.best_iteration_
+    y = np.concatenate([c.y for c in Dataset(valid).iter_chunks()]) > 0
+    p = local.predict_proba(valid)[:, 1]  # the kept model is the best round's
+    assert -np.mean(np.log(np.where(y, p, 1 - p))) == pytest.approx(est.best_score_, rel=1e-9)

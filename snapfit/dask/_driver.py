@@ -491,7 +491,7 @@ def train(
     checkpoint_every: int = 1,
     tree_above: int = 16,
     warm_w: np.ndarray | None = None,
-    on_round: Callable[[dict], object] | None = None,
+    on_round: Callable[[dict, np.ndarray], object] | None = None,
     memory_budget=None,
     chunk_rows: int | None = None,
     max_passes: int = 10,
@@ -505,7 +505,7 @@ def train(
     ``device_ids``, resolved on each worker; ``memory_budget`` and ``chunk_rows`` apply to each
     worker's share; ``max_passes`` bounds the engine passes of one part in one round;
     ``correction=False`` runs plain CoCoA+ rounds (``theta = 0``, one engine pass each: for
-    comparisons).
+    comparisons). ``on_round(record, w)`` follows every round (``w`` read-only); True stops.
     """
     from snapfit.errors import DataError
 
@@ -546,7 +546,7 @@ def train(
                 continue
             rec["event"], event = event, None
             history.append(rec)
-            if on_round is not None and bool(on_round(rec)):
+            if on_round is not None and bool(on_round(rec, fit.w)):
                 break
         alpha = None
         if fit.ckpt_round == fit.rounds and fit.ckpt:

@@ -77,6 +77,8 @@ class DaskLogisticRegression(LogisticRegression):
         verbose=0,
         checkpoint_dir=None,
         checkpoint_every=1,
+        early_stopping_rounds=None,
+        validation_metric="logloss",
     ):
         # stored verbatim, as scikit-learn's clone and get_params expect
         self.client = client
@@ -96,6 +98,8 @@ class DaskLogisticRegression(LogisticRegression):
         self.verbose = verbose
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_metric = validation_metric
 
     def _client(self):
         if self.client is not None:
@@ -116,6 +120,7 @@ class DaskLogisticRegression(LogisticRegression):
         max_passes: int = 10,
         correction: bool = True,
         on_round=None,
+        validation=None,
     ):
         """Fit on Parquet paths (labels inside) or a dask array ``X`` with labels ``y``.
 
@@ -127,6 +132,8 @@ class DaskLogisticRegression(LogisticRegression):
         correction : False runs plain CoCoA+ rounds (one pass each, no gradient correction),
             which can stall on data whose rows all share dense features; for comparisons.
         on_round : callable getting each round's record; returning True stops the fit.
+        validation : held-out data scored after every round, as in ``LogisticRegression.fit``
+            (read on the client: Parquet paths, a Table or in-memory arrays).
         """
         self._validate_params()
         if self.checkpoint_dir is not None:
@@ -160,7 +167,11 @@ class DaskLogisticRegression(LogisticRegression):
                              else featuremap.of_width(inp.n_features))  # fmt: skip
         bias = self._bias()
         problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
-        callbacks = [c for c in (on_round, self._print_round if self.verbose else None) if c]
+        stopper = self._early_stopping(validation, inp.n_features, bias)
+        callbacks = [stopper] if stopper is not None else []
+        per_round = (on_round, self._print_round if self.verbose else None)
+        callbacks += [lambda rec, w, c=c: c(rec) for c in per_round if c]
+
         units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids}
         result = train(
             client, inp, problem,
@@ -169,12 +180,13 @@ class DaskLogisticRegression(LogisticRegression):
             tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
             memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
             max_passes=max_passes, correction=correction,
-            on_round=(lambda rec: any([bool(c(rec)) for c in callbacks])) if callbacks else None,
+            on_round=(lambda rec, w: any([bool(c(rec, w)) for c in callbacks])) if callbacks
+            else None,
         )  # fmt: skip
         self.parts_ = result.parts
         self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
         return self._keep(result.w, result.n_iter, result.converged, result.history, bias,
-                          "rounds")  # fmt: skip
+                          "rounds", stopper)  # fmt: skip
 
     def _array_input(self, client, X, y, sample_weight):
         import dask.array as da
@@ -246,6 +258,9 @@ class DaskLogisticRegression(LogisticRegression):
                     else self.n_features_in_)  # fmt: skip
         est.history_ = [dict(h) for h in self.history_]
         est.feature_map_ = dict(featuremap.of_model(self))
+        for name in ("best_iteration_", "best_score_"):
+            if hasattr(self, name):
+                setattr(est, name, getattr(self, name))
         return est
 
     def __getstate__(self):

@@ -1,0 +1,135 @@
+"""Early stopping on validation data: score every epoch, stop after rounds without progress,
+keep the best epoch's model.
+
+The solver's own stop is the duality gap: the optimum of the regularized training objective.
+On click logs a user often wants the epoch whose *held-out* log loss (or AUC) was best, and to
+stop once it has not improved for a few epochs (as xLearn, LightGBM, XGBoost and H2O do).
+``EarlyStopping`` is an epoch callback of the node trainer and of the Dask driver alike: it gets
+``w`` after every epoch (or round), scores the validation set chunk by chunk (memory: one chunk
+and one float per validation row for AUC), and keeps a copy of the best ``w``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from snapfit.errors import DataError
+
+METRICS = ("logloss", "auc")
+
+
+class EarlyStopping:
+    """Callback ``(record, w) -> stop?`` scoring ``data`` with ``metric`` after every epoch.
+
+    ``data`` is a Dataset (Parquet paths, a Table) or ``(X, y_pm, weight)`` arrays with labels
+    in {-1, +1}. ``rounds``: stop when the best score is that many epochs old (None: score
+    only). ``bias`` turns the last entry of ``w`` into the intercept.
+    """
+
+    def __init__(self, data, *, metric: str, rounds: int | None, n_features: int, bias: float):
+        if metric not in METRICS:
+            raise ValueError(f"validation_metric is {metric!r}; choose one of {METRICS}.")
+        self.data, self.metric, self.rounds = data, metric, rounds
+        self.d, self.bias = int(n_features), float(bias)
+        self.scores: list[float] = []
+        self.best_epoch = 0  # the epoch (or round) number of the best score
+        self._best_at = 0  # how many scores had been taken then
+        self.best_score = np.nan
+        self.best_w: np.ndarray | None = None
+        self.stopped = False
+
+    def _batches(self, coef: np.ndarray, intercept: float):
+        if isinstance(self.data, tuple):
+            X, y, weight = self.data
+            yield X @ coef + intercept, y, weight
+            return
+        from snapfit.scoring import chunk_scores
+
+        for chunk in self.data.iter_chunks():
+            yield chunk_scores(coef, intercept, chunk), chunk.y, chunk.weight
+
+    def score(self, w: np.ndarray) -> float:
+        """The metric of ``w`` (coefficients, intercept weight last) on the validation data."""
+        coef = np.ascontiguousarray(w[: self.d], dtype=np.float64)
+        intercept = float(w[self.d]) * self.bias
+        if self.metric == "logloss":
+            loss = total = 0.0
+            for s, y, weight in self._batches(coef, intercept):
+                wt = np.ones(len(s)) if weight is None else np.asarray(weight, np.float64)
+                loss += float(wt @ np.logaddexp(0.0, -y * s))
+                total += float(wt.sum())
+            return loss / total
+        from sklearn.metrics import roc_auc_score
+
+        parts = list(self._batches(coef, intercept))
+        s = np.concatenate([p[0] for p in parts])
+        y = np.concatenate([p[1] for p in parts]) > 0
+        weight = None
+        if any(p[2] is not None for p in parts):
+            weight = np.concatenate([np.ones(len(p[0])) if p[2] is None else p[2] for p in parts])
+        return float(roc_auc_score(y, s, sample_weight=weight))
+
+    def _better(self, a: float, b: float) -> bool:
+        if np.isnan(b):
+            return True
+        return a < b if self.metric == "logloss" else a > b
+
+    def __call__(self, rec, w) -> bool:
+        score = self.score(w)
+        self.scores.append(score)
+        if self._better(score, self.best_score):
+            self.best_score, self._best_at = score, len(self.scores)
+            self.best_epoch = int(rec["epoch"] if isinstance(rec, dict) else rec.epoch)
+            self.best_w = np.array(w, dtype=np.float64, copy=True)
+        since = len(self.scores) - self._best_at
+        self.stopped = self.rounds is not None and since >= self.rounds
+        return self.stopped
+
+    @property
+    def best_is_last(self) -> bool:
+        return self._best_at == len(self.scores)
+
+    def annotate(self, history: list[dict]) -> None:
+        """Add ``validation_<metric>`` to the records of the epochs scored (the last ones: a
+        resumed fit's history starts with the epochs of the run before)."""
+        scored = history[len(history) - len(self.scores) :]
+        for h, s in zip(scored, self.scores, strict=True):
+            h[f"validation_{self.metric}"] = s
+
+
+def validation_data(validation, classes, n_features: int):
+    """What ``fit(validation=...)`` accepts, ready for :class:`EarlyStopping`: Parquet paths,
+    globs or a Table (labels inside), or ``(X, y)`` / ``(X, y, sample_weight)`` arrays whose
+    labels are the training classes."""
+    from snapfit.inputs import as_dataset
+
+    data = as_dataset(validation)
+    if data is not None:
+        if data.n_features > n_features:
+            raise DataError(
+                f"{data.source}: validation data has n_features {data.n_features} but the "
+                f"training data has {n_features}; convert both the same way."
+            )
+        return data
+    if not isinstance(validation, tuple) or len(validation) not in (2, 3):
+        raise TypeError(
+            "validation must be Parquet paths, a pyarrow Table, or a tuple (X, y) or "
+            f"(X, y, sample_weight); got {type(validation).__name__}."
+        )
+    X, y = validation[0], np.asarray(validation[1])
+    weight = None if len(validation) == 2 else np.asarray(validation[2], dtype=np.float64)
+    X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
+    if X.shape[1] != n_features or X.shape[0] != len(y):
+        raise ValueError(
+            f"validation X has shape {X.shape} and y {len(y)} labels; it must have "
+            f"{n_features} features (as the training data) and one label per row."
+        )
+    unknown = set(np.unique(y).tolist()) - set(np.asarray(classes).tolist())
+    if unknown:
+        raise ValueError(
+            f"validation y has labels {sorted(unknown)} that the training data does not "
+            f"have (classes {list(classes)})."
+        )
+    y_pm = np.where(y == classes[1], 1.0, -1.0)
+    return X.astype(np.float64), y_pm, weight
