@@ -19,8 +19,11 @@ class _Group(click.Group):
     """Turns library errors into one line and an exit code, as datasette's CLI does."""
 
     def invoke(self, ctx):
+        from snapfit import progress
+
         try:
-            return super().invoke(ctx)
+            with progress.enabled():
+                return super().invoke(ctx)
         except SnapfitError as e:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -31,7 +34,16 @@ class _Group(click.Group):
             ctx.exit(130)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_CODES = (
+    "Exit codes: 0 success; 1 other errors (e.g. an optional dependency missing); 2 usage "
+    "errors (bad options or arguments); 3 bad input data (the message names file, row and "
+    "column); 4 resources (memory budget, GPU, disk space); 130 interrupted (Ctrl-C)."
+)
+
+
+@click.group(
+    cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES
+)
 @click.version_option(__version__, prog_name="snapfit")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.pass_context
@@ -47,6 +59,7 @@ def _register() -> None:
 
     for module in (cli_data, cli_train, cli_demo):
         for command in module.commands:
+            command.epilog = command.epilog or EXIT_CODES
             cli.add_command(command)
 
 

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from snapfit.cli_args import FORCE, PathOrURL
+from snapfit.cli_args import FORCE, JSON, PathOrURL
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
 
 _ROW_GROUP_ROWS = click.option(
@@ -25,6 +25,14 @@ _HASH_BITS = click.option(
     show_default=True,
     help="Criteo: n_features = 2**bits; categorical tokens are hashed into it.",
 )
+
+
+def _report_json(json_path, command: str, report, seconds: float, **extra) -> None:
+    from snapfit.cli_format import write_json
+
+    write_json(json_path, dict(command=command, output=report.output, rows=report.rows,
+                               nnz=report.nnz, row_groups=report.row_groups, seconds=seconds,
+                               **extra))  # fmt: skip
 
 
 def _summary(report, seconds: float) -> str:
@@ -61,7 +69,10 @@ def _summary(report, seconds: float) -> str:
     show_default=True,
     help="svmlight: index base ('auto' as scikit-learn: one-based unless an index is 0).",
 )
-def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based):
+@JSON
+def convert(
+    input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based, json_path
+):
     """Convert INPUT (Criteo TSV plain or .gz, svmlight, or Parquet to re-check and re-chunk)
     to a snapfit Parquet file OUTPUT."""
     from snapfit.datasets import convert as run
@@ -77,7 +88,13 @@ def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows,
         skip_bad_rows=skip_bad_rows,
         zero_based={"auto": "auto", "yes": True, "no": False}[zero_based],
     )
-    click.echo(_summary(report, time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    if json_path:
+        bad = [{"line": line, "problem": problem} for line, problem in report.bad_lines]
+        _report_json(json_path, "convert", report, seconds, input=input, bad_rows=report.bad_rows,
+                     bad_lines=bad)  # fmt: skip
+    if json_path != "-":
+        click.echo(_summary(report, seconds))
     if report.bad_rows:
         click.echo(f"Skipped {report.bad_rows} bad rows:", err=True)
         for line, problem in report.bad_lines:
@@ -93,19 +110,32 @@ def convert(input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows,
 @_HASH_BITS
 @_ROW_GROUP_ROWS
 @FORCE
-def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force):
+@JSON
+def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force, json_path):
     """Make a synthetic data set of KIND (criteo-like) in OUTPUT, streaming to disk."""
     from snapfit.datasets import make_criteo_like_parquet, make_criteo_like_tsv
 
     start = time.perf_counter()
     if tsv:
         make_criteo_like_tsv(output, rows, seed, force=force)
-        click.echo(f"Wrote {output}: {rows} rows in {time.perf_counter() - start:.1f} s.")
+        seconds = time.perf_counter() - start
+        if json_path:
+            from snapfit.cli_format import write_json
+
+            write_json(json_path, {"command": "make-data", "output": output, "rows": rows,
+                                   "format": "tsv", "seed": seed, "seconds": seconds})  # fmt: skip
+        if json_path != "-":
+            click.echo(f"Wrote {output}: {rows} rows in {seconds:.1f} s.")
         return
     report = make_criteo_like_parquet(
         output, rows, seed, hash_bits=hash_bits, row_group_rows=row_group_rows, force=force
     )
-    click.echo(_summary(report, time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    if json_path:
+        _report_json(json_path, "make-data", report, seconds, format="parquet", seed=seed,
+                     hash_bits=hash_bits)  # fmt: skip
+    if json_path != "-":
+        click.echo(_summary(report, seconds))
 
 
 @click.command()

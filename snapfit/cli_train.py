@@ -174,6 +174,10 @@ def train(
 
     if resume and not checkpoint_dir:
         raise click.UsageError("--resume needs --checkpoint-dir DIR (where the checkpoint is).")
+    if quiet:
+        from snapfit import progress
+
+        progress.quiet()
     if scheduler and workers:
         raise click.UsageError("--scheduler and --workers exclude each other: use one.")
     if gpus is not None:
@@ -290,7 +294,8 @@ def train(
 )
 @click.option("--labels", is_flag=True, help="Also write 'predicted_label' (0/1, threshold 0.5).")
 @FORCE
-def predict(model, data, out, labels, force):
+@JSON
+def predict(model, data, out, labels, force, json_path):
     """Write MODEL's probabilities for the rows of DATA (labels not needed) to a Parquet file,
     one chunk at a time."""
     import snapfit
@@ -301,7 +306,12 @@ def predict(model, data, out, labels, force):
     check_output(out, [data, model], force=force)
     est = snapfit.load(model)
     rows = predict_to_parquet(est, open_for(est, data, require_labels=False), out, labels=labels)
-    click.echo(f"Wrote {out}: {rows} rows in {time.perf_counter() - start:.1f} s.")
+    seconds = time.perf_counter() - start
+    if json_path:
+        write_json(json_path, {"command": "predict", "model": model, "data": data, "out": out,
+                               "rows": rows, "labels": labels, "seconds": seconds})  # fmt: skip
+    if json_path != "-":
+        click.echo(f"Wrote {out}: {rows} rows in {seconds:.1f} s.")
 
 
 @click.command()

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snapfit import featuremap
+from snapfit import featuremap, progress
 from snapfit.data import Dataset, atomic_output
 from snapfit.metrics import evaluate_batches
 from snapfit.solvers import cpu
@@ -44,8 +44,10 @@ def iter_scores(model, data: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray, 
     """``(scores, y, weight)`` per chunk of ``data`` (``y`` in {-1, +1}; zeros if unlabelled)."""
     coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
     intercept = float(model.intercept_[0])
-    for chunk in data.iter_chunks():
-        yield chunk_scores(coef, intercept, chunk), chunk.y, chunk.weight
+    with progress.bar("score", total=data.n_rows) as bar:
+        for chunk in data.iter_chunks():
+            yield chunk_scores(coef, intercept, chunk), chunk.y, chunk.weight
+            bar.update(chunk.n_rows)
 
 
 def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> dict:

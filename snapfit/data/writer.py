@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from snapfit import progress
 from snapfit.data.schema import (
     DEFAULT_ROW_GROUP_ROWS,
     INDICES,
@@ -207,6 +208,7 @@ class ChunkWriter:
         self.n_rows = 0
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._inflight = None
+        self._bar = progress.bar("write")
 
     def _wait(self) -> None:
         if self._inflight is not None:
@@ -250,6 +252,7 @@ class ChunkWriter:
         self._inflight = self._pool.submit(self._write_group, buf)
         self.row_group_nnz.append(buf.nnz)
         self.n_rows += buf.rows
+        self._bar.update(buf.rows)
 
     def _write_group(self, buf: _GroupBuffer) -> None:
         self._writer.write_table(buf.table(self.schema), row_group_size=buf.rows)
@@ -265,6 +268,7 @@ class ChunkWriter:
             md.pop(KEY_N_FEATURES, None)
         self._wait()
         self._pool.shutdown()
+        self._bar.close()
         self._writer.add_key_value_metadata(md)
         self._writer.close()
 
@@ -275,6 +279,7 @@ class ChunkWriter:
         except Exception:
             pass  # the error being handled is the one to report
         self._pool.shutdown()
+        self._bar.close()
         self._writer.close()
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snapfit import progress
 from snapfit.engine.state import temp_prefix
 from snapfit.errors import ResourceError
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes, run_readers, where
@@ -154,8 +155,13 @@ class PieceStore:
     def ingest(self, n_readers: int = 2) -> None:
         """First pass: decode every row group once (``n_readers`` threads)."""
         t0 = time.perf_counter()
-        run_readers(sorted(self.decoder.by_rg), self._ingest_row_group, n_readers,
-                    "snapfit-ingest")  # fmt: skip
+        with progress.bar("first pass", total=self.dataset.n_rows) as bar:
+
+            def one(g: int) -> None:
+                self._ingest_row_group(g)
+                bar.update(self.dataset.chunks[g].n_rows)
+
+            run_readers(sorted(self.decoder.by_rg), one, n_readers, "snapfit-ingest")
         self.ingest_seconds = time.perf_counter() - t0
 
     def _ingest_row_group(self, g: int) -> None:
