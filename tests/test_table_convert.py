@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
+from click.testing import CliRunner
 
 import snapfit
+from snapfit.cli import cli
 from snapfit.data import Dataset
 from snapfit.data.schema import decode_metadata
 from snapfit.datasets import convert, convert_table, key_index, table_io, tabular
@@ -385,3 +387,84 @@ def test_options_that_cannot_go_together(inputs, tmp_path):
         convert(parquet, tmp_path / "p.parquet")
     with pytest.raises(DataError, match="or --format table --label NAME"):
         convert(tmp_path / "t.csv", tmp_path / "p.parquet")
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli, [str(a) for a in args])
+
+
+def test_cli_converts_a_csv_table(inputs, tmp_path, run):
+    _, parquet, csv = inputs
+    out = tmp_path / "o.parquet"
+    res = run("convert", csv, out, "--format", "table", "--label", "clicked", "--cross",
+              "site,ad", "--cross", "site,mobile", "--hash-bits", 12)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"Wrote {out}: 8 rows" in res.output
+    assert (
+        "Features: categorical site, mobile; numeric ad, price (log1p); crosses site^ad, "
+        "site^mobile; hashed into 2^12." in res.output
+    )
+    convert_table(parquet, tmp_path / "api.parquet", label="clicked", hash_bits=12,
+                  crosses=[["site", "ad"], ["site", "mobile"]])  # fmt: skip
+    assert pq.read_table(out).equals(pq.read_table(tmp_path / "api.parquet"))
+    res = run("convert", csv, tmp_path / "n.parquet", "--format", "table", "--label", "clicked",
+              "--numeric", "price", "--numeric-transform", "identity")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Features: numeric price (identity); hashed into 2^20." in res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--label", "clicked"),  # table options need --format table
+        ("--format", "criteo", "--cross", "site,ad"),
+        ("--format", "table"),  # no --label
+        ("--format", "table", "--label", "clicked", "--unlabelled"),
+        ("--format", "table", "--label", "clicked", "--numeric", "clicked"),
+        ("--format", "table", "--label", "clicked", "--cross", "site"),
+        ("--format", "table", "--label", "clicked", "--cross", "site,,ad"),
+        ("--format", "table", "--label", "clicked", "--skip-bad-rows", 1),
+        ("--format", "table", "--label", "clicked", "--numeric-transform", "sqrt"),
+    ],
+)
+def test_cli_usage_errors_exit_2(inputs, tmp_path, run, args):
+    _, _, csv = inputs
+    res = run("convert", csv, tmp_path / "o.parquet", *args)
+    assert res.exit_code == 2, res.output
+    assert no_output(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--label", "clicked", "--categorical", "sitee"), "has no column named 'sitee'"),
+        (("--label", "site"), "line 2: label column 'site' holds 'news'"),
+        (("--label", "clicked", "--numeric", "site"), "line 2: numeric column 'site' holds"),
+    ],
+)
+def test_cli_bad_data_exit_3_with_one_line(inputs, tmp_path, run, args, message):
+    _, _, csv = inputs
+    res = run("convert", csv, tmp_path / "o.parquet", "--format", "table", *args)
+    assert res.exit_code == 3, res.output
+    assert res.output.startswith("Error: ") and res.output.count("\n") == 1
+    assert message in res.output
+    assert no_output(tmp_path)
+
+
+def test_cli_truncated_gzip_csv_is_one_line(tmp_path, run):
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"site": rng.choice(["a", "b"], 50_000), "y": rng.integers(0, 2, 50_000)})
+    with gzip.open(tmp_path / "t.csv.gz", "wt") as f:
+        df.to_csv(f, index=False)
+    data = (tmp_path / "t.csv.gz").read_bytes()
+    (tmp_path / "t.csv.gz").write_bytes(data[: len(data) // 2])
+    res = run("convert", tmp_path / "t.csv.gz", tmp_path / "o.parquet", "--format", "table",
+              "--label", "y")  # fmt: skip
+    assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
+    assert "t.csv.gz: cannot be read" in res.output
+    assert no_output(tmp_path)
