@@ -266,7 +266,7 @@ def info(path, as_json):
         f"bytes on disk: {summary['bytes']}",
         f"snapfit format: {summary['format_version']}",
     ]
-    lines += [f"{k + ':':<15}{v}" for k, v in sorted(summary["provenance"].items())]
+    lines += [f"{k + ':':<14} {v}" for k, v in sorted(summary["provenance"].items())]
     click.echo("\n".join(lines))
 
 
