@@ -220,6 +220,20 @@ def test_labels_as_pm1_bools_and_text(tmp_path):
         out.unlink()
 
 
+def test_pandas_category_columns_equal_plain_ones(inputs, tmp_path):
+    df, parquet, _ = inputs
+    cat = df.astype({"site": "category", "clicked": str, "price": str})  # '0.5', 'nan', ...
+    cat = cat.astype({"clicked": "category", "price": "category"})
+    cat.to_parquet(tmp_path / "c.parquet")
+    schema = pq.read_schema(tmp_path / "c.parquet")
+    assert all(pa.types.is_dictionary(schema.field(c).type) for c in ("site", "clicked", "price"))
+    kw = dict(label="clicked", categorical=["site", "mobile"], numeric=["ad", "price"],
+              crosses=[["site", "ad"]])  # fmt: skip
+    convert_table(parquet, tmp_path / "a.parquet", **kw)
+    convert_table(tmp_path / "c.parquet", tmp_path / "b.parquet", **kw)
+    assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+
+
 def test_many_batches_blocks_files_and_gzip_agree(tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     n = 5000

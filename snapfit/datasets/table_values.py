@@ -68,6 +68,11 @@ def join(a: pa.Array, b: pa.Array, sep: bytes) -> pa.Array:
     return pc.binary_join_element_wise(a, b, pa.scalar(sep, pa.large_binary()))
 
 
+def _decoded(arr: pa.Array) -> pa.Array:
+    """A dictionary-encoded column (e.g. a pandas category) as plain values."""
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
 def _first_unparsable(s: pa.Array) -> int:
     """Row of the first value of a text column that does not cast to float64 (bisection)."""
     lo, hi = 0, len(s)
@@ -83,6 +88,7 @@ def _first_unparsable(s: pa.Array) -> int:
 
 def numbers(arr: pa.Array, name: str, place: Place, role: str) -> np.ndarray:
     """A column as float64, NaN where there is no value; text is parsed (errors name the row)."""
+    arr = _decoded(arr)
     t = arr.type
     if is_numeric(t) or pa.types.is_boolean(t):
         v = pc.cast(arr, pa.float64())
@@ -112,6 +118,7 @@ def labels01(arr: pa.Array, name: str, place: Place, seen: dict) -> np.ndarray:
 
     ``seen`` records where a 0 and where a -1 first appeared: a column may not mix them.
     """
+    arr = _decoded(arr)
     t = arr.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         s = pc.utf8_lower(pc.utf8_trim_whitespace(arr))
