@@ -220,6 +220,24 @@ def test_labels_as_pm1_bools_and_text(tmp_path):
         out.unlink()
 
 
+def test_keys_colliding_in_a_row_are_both_kept_and_add(tmp_path):
+    cols = [f"c{j}" for j in range(12)]
+    df = pd.DataFrame({c: [f"v{(r * 7 + j) % 5}" for r in range(8)] for j, c in enumerate(cols)})
+    df["x"] = np.linspace(-3, 3, 8)
+    df["y"] = [0, 1] * 4
+    df.to_parquet(tmp_path / "t.parquet")
+    convert_table(tmp_path / "t.parquet", tmp_path / "o.parquet", label="y", hash_bits=5)
+    expected = ref_rows(df, cols, ["x"], [], 5)
+    assert any(len(set(i)) < len(i) for i, _ in expected)  # 13 keys in 32 slots collide
+    assert pq.read_table(tmp_path / "o.parquet").column("indices").to_pylist() == [
+        i for i, _ in expected
+    ]
+    ds = Dataset(tmp_path / "o.parquet")  # the reader's checks accept repeated indices
+    (chunk,) = list(ds.iter_chunks())
+    got = sp.csr_matrix((chunk.values, chunk.indices, chunk.indptr), shape=(8, 32)).toarray()
+    np.testing.assert_allclose(got, ref_matrix(expected, 5).toarray(), rtol=1e-6)
+
+
 def test_pandas_category_columns_equal_plain_ones(inputs, tmp_path):
     df, parquet, _ = inputs
     cat = df.astype({"site": "category", "clicked": str, "price": str})  # '0.5', 'nan', ...
