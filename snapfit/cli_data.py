@@ -23,7 +23,7 @@ _HASH_BITS = click.option(
     type=click.IntRange(5, 31),
     default=20,
     show_default=True,
-    help="Criteo: n_features = 2**bits; categorical tokens are hashed into it.",
+    help="Criteo and table: n_features = 2**bits; categorical tokens are hashed into it.",
 )
 
 
@@ -33,6 +33,89 @@ def _report_json(json_path, command: str, report, seconds: float, **extra) -> No
     write_json(json_path, dict(command=command, output=report.output, rows=report.rows,
                                nnz=report.nnz, row_groups=report.row_groups, seconds=seconds,
                                **extra))  # fmt: skip
+
+
+def _split(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(","))
+    if not all(names):
+        raise click.BadParameter(f"{value!r}: give column names separated by commas, like a,b.")
+    return names
+
+
+def _columns(ctx, param, value):
+    """``a,b,c`` -> ("a", "b", "c"); for --cross (given any number of times), one per use."""
+    if value is None:
+        return None
+    return tuple(_split(v) for v in value) if param.multiple else _split(value)
+
+
+_TABLE_OPTIONS = (
+    "label",
+    "unlabelled",
+    "weight",
+    "categorical",
+    "numeric",
+    "cross",
+    "numeric_transform",
+)
+_OTHER_OPTIONS = ("skip_bad_rows", "zero_based")
+
+
+def _check_format_options(ctx: click.Context, fmt: str | None, table: dict) -> None:
+    """Usage errors (exit 2): table options with another format, another format's options
+    with a table, no --label (nor --unlabelled) for a table, options that clash."""
+    from click.core import ParameterSource
+
+    given = [
+        p.name
+        for p in ctx.command.params
+        if ctx.get_parameter_source(p.name) not in (None, ParameterSource.DEFAULT)
+    ]
+
+    def flags(names):
+        return ", ".join("--" + n.replace("_", "-") for n in given if n in names)
+
+    if fmt != "table":
+        if flags(_TABLE_OPTIONS):
+            raise click.UsageError(f"{flags(_TABLE_OPTIONS)}: for --format table only.", ctx)
+        return
+    if flags(_OTHER_OPTIONS):
+        raise click.UsageError(f"{flags(_OTHER_OPTIONS)}: not for --format table.", ctx)
+    if (table["label"] is None) != table["unlabelled"]:
+        raise click.UsageError(
+            "--format table needs either --label NAME (the label column) or --unlabelled (a "
+            "table without labels, to score).",
+            ctx,
+        )
+    from snapfit.datasets.tabular import check_options
+
+    try:
+        check_options(
+            label=table["label"],
+            weight=table["weight"],
+            categorical=table["categorical"],
+            numeric=table["numeric"],
+            crosses=table["cross"],
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e), ctx) from None
+
+
+def _feature_map_line(path: str) -> str:
+    """One line naming the feature map a table conversion wrote (from the file's metadata)."""
+    import pyarrow.parquet as pq
+
+    from snapfit.data.schema import decode_metadata
+
+    md = decode_metadata(pq.read_metadata(path).metadata)
+    parts = []
+    if md["categorical"]:
+        parts.append("categorical " + ", ".join(md["categorical"]))
+    if md["numeric"]:
+        parts.append(f"numeric {', '.join(md['numeric'])} ({md['numeric_transform']})")
+    if md["crosses"]:
+        parts.append("crosses " + ", ".join("^".join(c) for c in md["crosses"]))
+    return f"Features: {'; '.join(parts)}; hashed into 2^{md['hash_bits']}."
 
 
 def _summary(report, seconds: float) -> str:
@@ -48,9 +131,9 @@ def _summary(report, seconds: float) -> str:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["criteo", "svmlight", "parquet"]),
+    type=click.Choice(["criteo", "svmlight", "parquet", "table"]),
     default=None,
-    help="Input format (default: detected from the content).",
+    help="Input format (default: detected from the content; 'table' is never detected).",
 )
 @_HASH_BITS
 @_ROW_GROUP_ROWS
@@ -69,14 +152,63 @@ def _summary(report, seconds: float) -> str:
     show_default=True,
     help="svmlight: index base ('auto' as scikit-learn: one-based unless an index is 0).",
 )
+@click.option("--label", metavar="NAME", help="table: the label column (0/1, -1/+1 or true/false).")
+@click.option("--unlabelled", is_flag=True, help="table: no label column (data to score).")
+@click.option("--weight", metavar="NAME", help="table: a sample-weight column (numbers >= 0).")
+@click.option(
+    "--categorical",
+    metavar="A,B",
+    callback=_columns,
+    help="table: columns hashed one-hot as 'a=value' (default: text and boolean columns).",
+)
+@click.option(
+    "--numeric",
+    metavar="X,Y",
+    callback=_columns,
+    help="table: columns hashed as one slot 'x' holding the transformed value (default: "
+    "number columns). Naming either list leaves the other empty unless named too.",
+)
+@click.option(
+    "--cross",
+    metavar="A,B",
+    multiple=True,
+    callback=_columns,
+    help="table: a crossed feature 'a=va^b=vb' (repeat for more crosses).",
+)
+@click.option(
+    "--numeric-transform",
+    type=click.Choice(["log1p", "identity"]),
+    default="log1p",
+    show_default=True,
+    help="table: value of a numeric column: sign(v)*log1p(|v|), or v as is.",
+)
 @JSON
+@click.pass_context
 def convert(
-    input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based, json_path
-):
-    """Convert INPUT (Criteo TSV plain or .gz, svmlight, or Parquet to re-check and re-chunk)
-    to a snapfit Parquet file OUTPUT."""
+    ctx, input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based,
+    json_path, **table,
+):  # fmt: skip
+    """Convert INPUT (Criteo TSV plain or .gz, svmlight, Parquet to re-check and re-chunk, or
+    with --format table the named columns of a Parquet or CSV table) to a snapfit Parquet file
+    OUTPUT.
+
+    Table: categorical columns become one-hot features 'column=value', numeric columns one
+    feature 'column' each, crosses 'a=va^b=vb'; all hashed into 2**hash-bits features. Empty
+    values give no feature. The feature map is stored in OUTPUT's metadata.
+    """
     from snapfit.datasets import convert as run
 
+    _check_format_options(ctx, fmt, table)
+    options = {}
+    if fmt == "table":
+        options = dict(
+            label=table["label"],
+            weight=table["weight"],
+            categorical=table["categorical"],
+            numeric=table["numeric"],
+            crosses=table["cross"],
+            numeric_transform=table["numeric_transform"],
+        )
     start = time.perf_counter()
     report = run(
         input,
@@ -87,6 +219,7 @@ def convert(
         force=force,
         skip_bad_rows=skip_bad_rows,
         zero_based={"auto": "auto", "yes": True, "no": False}[zero_based],
+        **options,
     )
     seconds = time.perf_counter() - start
     if json_path:
@@ -95,6 +228,8 @@ def convert(
                      bad_lines=bad)  # fmt: skip
     if json_path != "-":
         click.echo(_summary(report, seconds))
+    if fmt == "table" and json_path != "-":
+        click.echo(_feature_map_line(report.output))
     if report.bad_rows:
         click.echo(f"Skipped {report.bad_rows} bad rows:", err=True)
         for line, problem in report.bad_lines:
@@ -160,7 +295,7 @@ def info(path, as_json):
         f"bytes on disk: {summary['bytes']}",
         f"snapfit format: {summary['format_version']}",
     ]
-    lines += [f"{k + ':':<15}{v}" for k, v in sorted(summary["provenance"].items())]
+    lines += [f"{k + ':':<14} {v}" for k, v in sorted(summary["provenance"].items())]
     click.echo("\n".join(lines))
 
 

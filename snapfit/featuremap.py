@@ -17,7 +17,8 @@ from __future__ import annotations
 from snapfit.errors import DataError
 
 #: Provenance keys that define the feature space (``source`` and the like do not).
-KEYS = ("format", "hash_bits", "transform", "fields", "categorical", "numeric", "crosses")
+KEYS = ("format", "hash_bits", "transform", "fields", "categorical", "numeric", "crosses",
+        "numeric_transform")  # fmt: skip
 #: Formats that hash the same way (make-data writes what `convert` makes of Criteo TSV).
 _SAME = {"criteo-like": "criteo"}
 

@@ -94,3 +94,25 @@ def test_svmlight_test_files_may_use_fewer_features(tmp_path):
     convert(train, tmp_path / "zero.parquet", zero_based=True)  # indices not shifted
     with pytest.raises(DataError, match="its transform is 'none'"):
         est.predict(tmp_path / "zero.parquet")
+
+
+def test_table_models_refuse_tables_hashed_with_other_columns(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 400
+    site = rng.choice(["news", "shop", "blog"], n)
+    ad = rng.choice(["a1", "a2", "a3", "a4"], n)
+    price = rng.random(n) * 10
+    clicked = (rng.random(n) < 0.3).astype(int)
+    csv = tmp_path / "events.csv"
+    rows = zip(site, ad, price, clicked, strict=True)
+    csv.write_text(
+        "site,ad,price,clicked\n" + "".join(f"{s},{a},{p:.3f},{c}\n" for s, a, p, c in rows)
+    )
+    convert(csv, tmp_path / "crossed.parquet", format="table", label="clicked",
+            crosses=[("site", "ad")], hash_bits=12)  # fmt: skip
+    convert(csv, tmp_path / "plain.parquet", format="table", label="clicked", hash_bits=12)
+    est = snapfit.LogisticRegression(C=0.5).fit(tmp_path / "crossed.parquet")
+    assert est.feature_map_["crosses"] == [["site", "ad"]]
+    assert est.predict_proba(tmp_path / "crossed.parquet").shape == (n, 2)
+    with pytest.raises(DataError, match=r"plain.parquet: its crosses is \[\] but the model's is"):
+        est.predict_proba(tmp_path / "plain.parquet")

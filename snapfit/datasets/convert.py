@@ -6,16 +6,17 @@ import os
 
 import numpy as np
 
-from snapfit.data.reader import Dataset
-from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS, WEIGHT
+from snapfit.data.reader import Dataset, _open, resolve_files
+from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS, INDICES, WEIGHT
 from snapfit.data.writer import ChunkWriter, atomic_output, check_output
 from snapfit.datasets.criteo import ConvertReport, convert_criteo
 from snapfit.datasets.criteo_hash import N_FIELDS
 from snapfit.datasets.svmlight import convert_svmlight
+from snapfit.datasets.tabular import convert_table
 from snapfit.datasets.textio import head
 from snapfit.errors import DataError
 
-FORMATS = ("criteo", "svmlight", "parquet")
+FORMATS = ("criteo", "svmlight", "parquet", "table")
 
 
 def _is_number(token: bytes) -> bool:
@@ -43,7 +44,8 @@ def detect_format(path) -> str:
         break
     raise DataError(
         f"{path}: format not recognized from the first lines; "
-        "pass --format criteo|svmlight|parquet."
+        "pass --format criteo|svmlight|parquet, or --format table --label NAME for a CSV table "
+        "of named columns."
     )
 
 
@@ -55,6 +57,12 @@ def convert_parquet(
     Every chunk is validated on the way (the reader's checks), so this is also how to vet a
     file from another writer, or to change its row-group size. Labels are written as int8 ±1.
     """
+    files = resolve_files(input)
+    if files and INDICES not in (names := _open(files[0]).schema_arrow.names):
+        raise DataError(
+            f"{files[0]}: has no 'indices' column (columns: {', '.join(names) or 'none'}); for "
+            "a table of named columns, convert with --format table --label NAME (convert_table)."
+        )
     ds = Dataset(input, require_labels=False)
     out = check_output(output, ds.files, force=force)
     has_values = any(ds.has_values_in(f) for f in ds.files)
@@ -101,13 +109,23 @@ def convert(
     force: bool = False,
     skip_bad_rows: int = 0,
     zero_based: bool | str = "auto",
+    **table,
 ) -> ConvertReport:
-    """Convert Criteo TSV, svmlight or Parquet to snapfit Parquet (see the per-format functions).
+    """Convert Criteo TSV, svmlight, Parquet or a table of named columns to snapfit Parquet (see
+    the per-format functions).
 
-    ``hash_bits`` and ``skip_bad_rows`` apply to Criteo, ``zero_based`` to svmlight.
+    ``hash_bits`` applies to Criteo and tables, ``skip_bad_rows`` to Criteo, ``zero_based`` to
+    svmlight; ``table`` holds :func:`convert_table`'s options (``label`` is required) and needs
+    ``format="table"``: a table is never detected, its label column must be named.
     """
     fmt = format or detect_format(input)
     extra = {} if row_group_rows is None else {"row_group_rows": row_group_rows}
+    if table and fmt != "table":
+        raise ValueError(f"{', '.join(table)} apply to format 'table' only, not {fmt!r}.")
+    if fmt == "table":
+        if "label" not in table:
+            raise ValueError("format 'table' needs label= (None for a table without labels).")
+        return convert_table(input, output, hash_bits=hash_bits, force=force, **table, **extra)
     if fmt == "criteo":
         return convert_criteo(
             input, output, hash_bits=hash_bits, force=force, skip_bad_rows=skip_bad_rows, **extra

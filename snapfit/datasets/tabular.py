@@ -1,0 +1,377 @@
+"""A table of named columns (Parquet or CSV) -> snapfit Parquet, by hashing its features.
+
+A user's own click log is a table (``site``, ``ad``, ``price``, ``clicked``), not Criteo TSV or
+svmlight; this turns such a table into the format the way Vowpal Wabbit's namespaces or a
+feature hasher would, with the feature map written into the file. For each row:
+
+* a categorical column ``c`` holding ``v`` -> key ``"c=v"``, value 1 (one-hot);
+* a numeric column ``x`` holding ``v`` -> key ``"x"``, value ``transform(v)``: ``log1p`` is
+  ``sign(v) * log1p(|v|)`` (the default: tames the heavy tails of counts and prices, keeps the
+  sign and maps 0 to 0), ``identity`` is ``v``;
+* a cross ``(a, b)`` -> key ``"a=va^b=vb"``, value 1, when every column of the cross has a value
+  (columns taken as text, as categorical columns are);
+* a null or empty value (a NaN for a numeric column) gives no feature.
+
+Each key's index is its :mod:`snapfit.datasets.keyhash` hash mod ``2**hash_bits``. Entries of a
+row are in the order categorical, numeric, crosses (each as listed); two keys of one row hashing
+to one index are both kept (duplicates add, as the format says).
+
+Memory stays bounded: Parquet is read in record batches of a few million cells, CSV through
+pyarrow's streaming reader, block by block. Each batch is hashed column by column with numpy,
+over the column's distinct values (Arrow's dictionary encoding), and appended to the writer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
+from snapfit.data.writer import ChunkWriter, atomic_output, check_output
+from snapfit.datasets.criteo import ConvertReport
+from snapfit.datasets.criteo_hash import check_hash_bits
+from snapfit.datasets.keyhash import hash_keys, key_index
+from snapfit.datasets.table_io import Place, missing_columns, open_table
+from snapfit.datasets.table_values import (
+    category_codes,
+    is_numeric,
+    is_text,
+    join,
+    labels01,
+    numbers,
+)
+from snapfit.errors import DataError
+
+#: Numeric transforms: name -> formula (as recorded in the file's ``transform``).
+TRANSFORMS = {"log1p": "sign(v)*log1p(|v|)", "identity": "v"}
+
+_CELLS_PER_BATCH = 1 << 22  # Parquet rows per batch x feature columns: ~40 MB of work arrays
+
+
+class FeatureMap(NamedTuple):
+    """Which columns become which features: what a model needs to hash new data alike."""
+
+    label: str | None
+    weight: str | None
+    categorical: tuple[str, ...]
+    numeric: tuple[str, ...]
+    crosses: tuple[tuple[str, ...], ...]
+    numeric_transform: str
+    hash_bits: int
+
+    def columns(self) -> list[str]:
+        """Every column read, once each."""
+        names = [self.label, self.weight, *self.categorical, *self.numeric]
+        names += [c for cross in self.crosses for c in cross]
+        return list(dict.fromkeys(n for n in names if n is not None))
+
+    def provenance(self, source: str) -> dict:
+        bits = self.hash_bits
+        return {
+            "source": source,
+            "format": "table",
+            "hash_bits": bits,
+            "transform": (
+                f"table: key 'c=value' of a categorical column and 'a=va^b=vb' of a cross -> "
+                f"value 1; key 'x' of a numeric column -> value "
+                f"{TRANSFORMS[self.numeric_transform]}; index keyhash(key) mod 2^{bits}"
+            ),
+            "numeric_transform": self.numeric_transform,
+            "label": self.label,
+            "weight": self.weight,
+            "categorical": list(self.categorical),
+            "numeric": list(self.numeric),
+            "crosses": [list(c) for c in self.crosses],
+        }
+
+
+def _default_role(t: pa.DataType) -> str | None:
+    """'categorical', 'numeric' or None (not used) for a column of type ``t``."""
+    if is_numeric(t):
+        return "numeric"
+    if is_text(t) or pa.types.is_boolean(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+        return "categorical"
+    return None
+
+
+def _names(value, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} names a column twice: {', '.join(names)}.")
+    return names
+
+
+def check_options(
+    *,
+    label=None,
+    weight=None,
+    categorical=None,
+    numeric=None,
+    crosses=(),
+    numeric_transform="log1p",
+) -> tuple:
+    """The column options as tuples (``categorical``/``numeric`` None when not given); raises
+    ValueError for options that cannot go together, before any data is read."""
+    if numeric_transform not in TRANSFORMS:
+        raise ValueError(
+            f"numeric_transform is {numeric_transform!r}; choose one of {', '.join(TRANSFORMS)}."
+        )
+    categorical, numeric = _names(categorical, "categorical"), _names(numeric, "numeric")
+    crosses = tuple(_names(c, "a cross") for c in crosses)
+    if any(len(c) < 2 for c in crosses):
+        raise ValueError("a cross needs two or more columns, e.g. site,ad.")
+    if label is not None and label == weight:
+        raise ValueError(f"column '{label}' cannot be both the label and the weight.")
+    for group in (categorical or (), numeric or (), *crosses):
+        for name in group:
+            if name in (label, weight):
+                role = "label" if name == label else "weight"
+                raise ValueError(f"column '{name}' is the {role}; it cannot also be a feature.")
+    return categorical, numeric, crosses
+
+
+def feature_map(
+    source: str,
+    types: dict[str, pa.DataType],
+    *,
+    label: str | None,
+    weight: str | None = None,
+    categorical=None,
+    numeric=None,
+    crosses=(),
+    numeric_transform: str = "log1p",
+    hash_bits: int = 20,
+) -> FeatureMap:
+    """The feature map of a table whose columns have ``types`` (name -> Arrow type, in order).
+
+    With neither ``categorical`` nor ``numeric`` given, every other column is used: text,
+    boolean and dictionary columns as categorical, numbers as numeric (dates and nested columns
+    are left out). Naming one list only leaves the other empty.
+    """
+    hash_bits = check_hash_bits(hash_bits)
+    categorical, numeric, crosses = check_options(
+        label=label,
+        weight=weight,
+        categorical=categorical,
+        numeric=numeric,
+        crosses=crosses,
+        numeric_transform=numeric_transform,
+    )
+    named = [n for n in (label, weight) if n is not None]
+    named += [n for g in (categorical or (), numeric or (), *crosses) for n in g]
+    missing = [n for n in dict.fromkeys(named) if n not in types]
+    if missing:
+        raise missing_columns(source, missing, types)
+    if categorical is None and numeric is None:
+        roles = {n: _default_role(t) for n, t in types.items() if n not in (label, weight)}
+        categorical = tuple(n for n, r in roles.items() if r == "categorical")
+        numeric = tuple(n for n, r in roles.items() if r == "numeric")
+    categorical, numeric = categorical or (), numeric or ()
+    if not (categorical or numeric or crosses):
+        raise DataError(
+            f"{source}: no feature columns (columns: {', '.join(types) or 'none'}); name them "
+            "with --categorical / --numeric."
+        )
+    return FeatureMap(label, weight, categorical, numeric, crosses, numeric_transform, hash_bits)
+
+
+class _Hasher:
+    """Turns record batches into CSR arrays under one feature map."""
+
+    def __init__(self, fmap: FeatureMap):
+        self.fmap = fmap
+        self.mask = np.uint64((1 << fmap.hash_bits) - 1)
+        self.slots = [key_index(x, fmap.hash_bits) for x in fmap.numeric]
+        self.n_fields = len(fmap.categorical) + len(fmap.numeric) + len(fmap.crosses)
+        self.seen: dict = {}
+
+    def _keys(self, names, coded) -> tuple[pa.Array, np.ndarray]:
+        """Distinct keys ``a=va^b=vb...`` of a categorical column or a cross, and row codes."""
+        keys, codes = None, None
+        for name in names:
+            values, c = coded(name)
+            prefix = pa.scalar(name.encode() + b"=", pa.large_binary())
+            prefixed = join(prefix, values, b"")
+            if keys is None:
+                keys, codes = prefixed, c
+                continue
+            both = (codes >= 0) & (c >= 0)
+            pair, inv = np.unique(codes[both] * len(values) + c[both], return_inverse=True)
+            keys = join(keys.take(pair // len(values)), prefixed.take(pair % len(values)), b"^")
+            codes = np.full(len(c), -1, dtype=np.int64)
+            codes[both] = inv
+        return keys, codes
+
+    def __call__(self, batch: pa.RecordBatch, place: Place):
+        fmap, n = self.fmap, batch.num_rows
+        cache: dict = {}
+
+        def coded(name):
+            if name not in cache:
+                cache[name] = category_codes(batch.column(name), name, place.file)
+            return cache[name]
+
+        idx = np.zeros((n, self.n_fields), dtype=np.int32)
+        present = np.zeros((n, self.n_fields), dtype=bool)
+        val = np.ones((n, self.n_fields), dtype=np.float32) if fmap.numeric else None
+        for j, name in enumerate(fmap.categorical):
+            self._hash_into((name,), coded, idx[:, j], present[:, j])
+        base = len(fmap.categorical)
+        for k, (name, slot) in enumerate(zip(fmap.numeric, self.slots, strict=True)):
+            x = numbers(batch.column(name), name, place, "numeric")
+            self._transform_into(x, name, place, val[:, base + k], present[:, base + k])
+            idx[:, base + k] = slot
+        base += len(fmap.numeric)
+        for k, names in enumerate(fmap.crosses):
+            self._hash_into(names, coded, idx[:, base + k], present[:, base + k])
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.count_nonzero(present, axis=1), out=indptr[1:])
+        labels = weight = None
+        if fmap.label is not None:
+            labels = labels01(batch.column(fmap.label), fmap.label, place, self.seen)
+        if fmap.weight is not None:
+            weight = self._weight(batch.column(fmap.weight), place)
+        values = None if val is None else val[present]
+        return indptr, idx[present], values, labels, weight
+
+    def _hash_into(self, names, coded, idx_col, present_col) -> None:
+        keys, codes = self._keys(names, coded)
+        present_col[:] = codes >= 0
+        if len(keys):
+            h = (hash_keys(keys) & self.mask).astype(np.int32)
+            idx_col[:] = h[np.maximum(codes, 0)]
+
+    def _transform_into(self, x, name, place, val_col, present_col) -> None:
+        present_col[:] = ~np.isnan(x)
+        if np.isinf(x).any():
+            i = int(np.flatnonzero(np.isinf(x))[0])
+            raise DataError(
+                f"{place(i)}: numeric column '{name}' holds {x[i]}; values must be finite "
+                "(empty or NaN for a missing one)."
+            )
+        if self.fmap.numeric_transform == "log1p":
+            x = np.sign(x) * np.log1p(np.abs(x))
+        with np.errstate(over="ignore"):
+            val_col[:] = np.where(present_col, x, 0.0)
+        if not np.isfinite(val_col).all():
+            i = int(np.flatnonzero(~np.isfinite(val_col))[0])
+            raise DataError(
+                f"{place(i)}: numeric column '{name}' holds {x[i]:g}, beyond float32's range; "
+                "use the log1p transform or rescale the column."
+            )
+
+    def _weight(self, arr: pa.Array, place: Place) -> np.ndarray:
+        name = self.fmap.weight
+        w = numbers(arr, name, place, "weight")
+        bad = ~(np.isfinite(w) & (w >= 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            shown = "nothing (empty)" if np.isnan(w[i]) else f"{w[i]:g}"
+            raise DataError(
+                f"{place(i)}: weight column '{name}' holds {shown}; weights must be finite "
+                "numbers >= 0."
+            )
+        return w.astype(np.float32)
+
+
+def convert_table(
+    input,
+    output,
+    *,
+    label: str | None,
+    weight: str | None = None,
+    categorical=None,
+    numeric=None,
+    crosses=(),
+    numeric_transform: str = "log1p",
+    hash_bits: int = 20,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    force: bool = False,
+    delimiter: str | None = None,
+) -> ConvertReport:
+    """Hash the named columns of a Parquet dataset or a CSV file into a snapfit Parquet file.
+
+    Parameters
+    ----------
+    input : str, path or list
+        A Parquet file, directory, glob or list; or a CSV file (plain or gzip, header line first;
+        comma-separated, or tab-separated when the header has tabs and no commas).
+    output : str or path
+        Parquet file to write (atomically; refused if it exists unless ``force``).
+    label : str or None
+        Label column: 0/1, -1/+1 or booleans (or their text); written as int8 0/1. None writes
+        an unlabelled file (data to score).
+    weight : str, optional
+        Sample-weight column (numbers >= 0).
+    categorical, numeric : list of str, optional
+        Columns hashed as ``"c=value"`` (value 1) and as ``"x"`` (value ``transform(x)``). With
+        neither given, every other column is used by its type (text, booleans: categorical;
+        numbers: numeric).
+    crosses : list of lists of str
+        Column combinations hashed as ``"a=va^b=vb"`` (value 1).
+    numeric_transform : {"log1p", "identity"}
+        ``sign(v) * log1p(|v|)`` or ``v``.
+    hash_bits : int
+        ``n_features = 2**hash_bits``.
+    row_group_rows : int
+        Rows per row group.
+    delimiter : str, optional
+        CSV field separator (default: from the header line).
+
+    Returns
+    -------
+    ConvertReport
+
+    Raises
+    ------
+    DataError
+        A named column missing (the message lists the columns), a label that is not 0/1, -1/+1
+        or boolean, text that is not a number in a numeric or weight column, an empty input.
+        Rows are named as ``file, line N`` (CSV) or ``file, row N`` (Parquet, from 0).
+    """
+    table = open_table(input, delimiter)
+    src = os.fspath(input) if not isinstance(input, (list, tuple)) else os.fspath(input[0])
+    fmap = feature_map(
+        src,
+        table.types,
+        label=label,
+        weight=weight,
+        categorical=categorical,
+        numeric=numeric,
+        crosses=crosses,
+        numeric_transform=numeric_transform,
+        hash_bits=hash_bits,
+    )
+    out = check_output(output, table.files, force=force)
+    hasher = _Hasher(fmap)
+    rows = max(1024, min(1 << 16, _CELLS_PER_BATCH // max(hasher.n_fields, 1)))
+    provenance = fmap.provenance(os.path.basename(os.path.normpath(src)))
+    n_rows = 0
+    with atomic_output(out) as tmp:
+        writer = ChunkWriter(
+            tmp,
+            n_features=1 << fmap.hash_bits,
+            has_labels=label is not None,
+            has_values=bool(fmap.numeric),
+            has_weight=weight is not None,
+            row_group_rows=row_group_rows,
+            provenance=provenance,
+        )
+        try:
+            for batch, place in table.batches(fmap.columns(), rows):
+                if batch.num_rows:
+                    writer.append(*hasher(batch, place))
+                    n_rows += batch.num_rows
+            if n_rows == 0:
+                raise DataError(f"{src}: holds no rows; the output would be an empty dataset.")
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    nnz, groups = sum(writer.row_group_nnz), len(writer.row_group_nnz)
+    return ConvertReport(out, writer.n_rows, nnz, groups, 0, [])
