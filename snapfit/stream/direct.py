@@ -1,8 +1,8 @@
 """Pieces decoded from Parquet every epoch, for when the raw cache would not fit the temp disk.
 
-The raw cache holds 16 bytes/row + 8 bytes/nnz (Criteo-like rows: ~290 bytes/row, 2.4x their
-Parquet size), so 200M rows need ~58 GB next to the ~24 GB of Parquet. When the temp dir has not
-that much free (``shutil.disk_usage``), ``StreamSource`` uses this store instead: the first pass
+Even the compact cache holds ~150 bytes per Criteo-like row (``snapfit.stream.record``), 30 GB
+for 200M rows next to their ~24 GB of Parquet. When the temp dir has not that much free
+(``shutil.disk_usage``), ``StreamSource`` uses this store instead: the first pass
 decodes every row group once to learn each piece's nnz and to store its rows' norms (4
 bytes/row, in a file), and every epoch a decoder thread decodes the row groups again, batch by
 batch, into piece records in memory (the same bytes the cache would hold).

@@ -47,9 +47,16 @@ from snapfit.stream.budget import (
     plan_budget,
     temp_dir,
 )
-from snapfit.stream.cache import PieceCache, make_pieces, records_nbytes, sweep_stale
+from snapfit.stream.cache import (
+    PieceCache,
+    cache_nbytes,
+    make_pieces,
+    records_nbytes,
+    sweep_stale,
+)
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
 from snapfit.stream.direct import ParquetPieces
+from snapfit.stream.memlimit import available_memory
 from snapfit.stream.prefetch import BufferPool, Prefetcher
 
 log = logging.getLogger("snapfit")
@@ -101,10 +108,15 @@ class StreamSource(ChunkSource):
         Directory for the piece cache and spilled dual variables (default ``$SNAPFIT_TMPDIR``
         or the system temp dir).
     mode : {"auto", "cache", "parquet"}, optional
-        Where epochs read pieces from: the raw cache (fast; needs ~16 B/row + 8 B/nnz of free
-        disk) or Parquet decoded again every epoch. "auto" uses the cache when it fits the free
-        space of ``cache_dir`` and says so in a log line when it does not. Default: the
-        ``SNAPFIT_STREAM`` environment variable, else "auto".
+        Where epochs read pieces from: the cache (fast) or Parquet decoded again every epoch.
+        "auto" uses the cache when it fits the free space of ``cache_dir`` and says so in a log
+        line when it does not. Default: the ``SNAPFIT_STREAM`` environment variable, else
+        "auto".
+    cache_format : {"auto", "raw", "compact"}, optional
+        How the cache stores pieces: raw arrays (16 B/row + 8 B/nnz; read straight into chunk
+        buffers) or compact records (``snapfit.stream.record``: about half the bytes, expanded
+        on reading). "auto": raw while it fits half of the available memory and the disk,
+        else compact. Default: ``SNAPFIT_CACHE_FORMAT``, else "auto".
     """
 
     def __init__(
@@ -119,6 +131,7 @@ class StreamSource(ChunkSource):
         n_readers: int = 2,
         cache_dir: str | None = None,
         mode: str | None = None,
+        cache_format: str | None = None,
     ):
         self.dataset = dataset
         self.n_features = int(dataset.n_features)
@@ -131,7 +144,7 @@ class StreamSource(ChunkSource):
         if freed:
             log.warning("removed %.1f GB left in %s by killed snapfit fits", freed / 1e9,
                         self.cache_dir)  # fmt: skip
-        self.mode = self._pick_mode(mode, records_nbytes(dataset, has_values, has_weight))
+        self.mode, self.cache_format = self._pick_mode(mode, cache_format, dataset)
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.
         window_min = 2 * rg_bytes if self.mode == "parquet" else 0
@@ -162,8 +175,11 @@ class StreamSource(ChunkSource):
             chunk_rows //= 2
         self.chunk_rows_target = chunk_rows
         n_readers = int(max(1, min(n_readers, int(budget) // max(1, ingest))))
-        store = PieceCache if self.mode == "cache" else ParquetPieces
-        self.cache = store(dataset, self.pieces, self.cache_dir)
+        if self.mode == "cache":
+            self.cache = PieceCache(dataset, self.pieces, self.cache_dir,
+                                    compact=self.cache_format == "compact")  # fmt: skip
+        else:
+            self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
             self.cache.ingest(n_readers)
             # Now the nnz of every piece is known: size the buffers exactly.
@@ -191,24 +207,40 @@ class StreamSource(ChunkSource):
         self.read_seconds = 0.0
         self.epoch_stats: list[dict] = []
 
-    def _pick_mode(self, mode: str | None, need: int) -> str:
+    def _pick_mode(self, mode: str | None, cache_format: str | None, dataset):
+        """``(mode, cache format)``: where epochs read pieces from, and how the cache stores
+        them. The raw cache is the fastest to read while the page cache holds it; once it would
+        not fit half of the memory available, reads come from the disk and the compact one
+        (half the bytes) is faster; when neither fits the disk, Parquet is decoded every
+        epoch."""
         mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
         if mode not in ("auto", "cache", "parquet"):
             raise ValueError(
                 f"stream mode is {mode!r} (mode= or SNAPFIT_STREAM); use auto, cache or parquet."
             )
-        if mode != "auto":
-            return mode
+        fmt = cache_format or os.environ.get("SNAPFIT_CACHE_FORMAT") or "auto"
+        if fmt not in ("auto", "raw", "compact"):
+            raise ValueError(
+                f"cache format is {fmt!r} (cache_format= or SNAPFIT_CACHE_FORMAT); use auto, "
+                "raw or compact."
+            )
+        if mode == "parquet":
+            return mode, None
         usage = shutil.disk_usage(self.cache_dir)
         room = usage.free - DISK_MARGIN * usage.total
-        if need <= room:
-            return "cache"
+        raw = records_nbytes(dataset, *self._flags)
+        if fmt == "auto":
+            memory = available_memory() or 0
+            fmt = "raw" if raw <= min(room, memory // 2) else "compact"
+        need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags)
+        if mode == "cache" or need <= room:
+            return "cache", fmt
         log.warning(
             "the chunk cache would need %.1f GB in %s but %.1f GB are free: decoding Parquet "
             "every epoch instead (slower; set SNAPFIT_TMPDIR to a disk with more room).",
             need / 1e9, self.cache_dir, usage.free / 1e9,
         )  # fmt: skip
-        return "parquet"
+        return "parquet", None
 
     def _layout(self, chunk_rows: int, piece_rows: int | None) -> None:
         refs = self.dataset.chunks

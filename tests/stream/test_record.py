@@ -1,0 +1,104 @@
+"""The compact cache record: exact round trips, fewer bytes, and fits identical to the raw cache."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapfit import LogisticRegression
+from snapfit.data import Dataset
+from snapfit.stream import StreamSource
+from snapfit.stream import record as R
+
+
+@st.composite
+def pieces(draw):
+    n = draw(st.integers(1, 60))
+    long_rows = draw(st.booleans())
+    lengths = np.array(draw(st.lists(st.integers(0, 300 if long_rows else 40), min_size=n,
+                                     max_size=n)))  # fmt: skip
+    nnz = int(lengths.sum())
+    bits = draw(st.sampled_from([10, 16, 17, 24, 25, 31]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices = rng.integers(0, 2**bits, nnz).astype(np.int32)
+    ones = rng.random(nnz) < draw(st.floats(0, 1))
+    values = np.where(ones, np.float32(1), rng.normal(size=nnz).astype(np.float32))
+    values[rng.random(nnz) < 0.05] = 0.0  # explicit zeros are values too
+    y = np.where(rng.random(n) < 0.3, 1, -1).astype(np.float32)
+    weight = rng.random(n).astype(np.float32)
+    sqnorm = rng.random(n).astype(np.float32)
+    return np.cumsum(lengths).astype(np.int64), indices, values, y, weight, sqnorm, 2**bits
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces(), st.booleans(), st.booleans())
+def test_expand_undoes_encode_exactly(piece, has_values, has_weight):
+    indptr, indices, values, y, weight, sqnorm, n_features = piece
+    width = R.index_width(n_features)
+    rec = R.encode(indptr, indices, values if has_values else None, y,
+                   weight if has_weight else None, sqnorm, index_bytes=width)  # fmt: skip
+    want = [indptr, indices] + ([values] if has_values else []) + [y]
+    want += ([weight] if has_weight else []) + [sqnorm]
+    got = [np.full_like(a, -7) for a in want]
+    R.expand(rec, len(y), len(indices), width, got, has_values, has_weight)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    n_valued = int((values != 1).sum()) if has_values else 0
+    assert len(rec) <= R.nbytes(len(y), len(indices), n_valued, index_bytes=width,
+                                has_values=has_values, has_weight=has_weight,
+                                length_bytes=4)  # fmt: skip
+
+
+def _epoch(src, seed):
+    order = list(np.random.default_rng(seed).permutation(src.n_chunks))
+    src.begin_epoch(order)
+    out = {}
+    for k, chunk in src.epoch(order):
+        out[k] = [a.copy() for a in (chunk.indptr, chunk.indices, chunk.values, chunk.y)]
+        src.release(k)
+    return out
+
+
+def test_compact_cache_delivers_the_raw_cache_s_chunks_in_half_the_bytes(small_parquet):
+    ds = Dataset(small_parquet)
+    kw = dict(n_jobs=1, chunk_rows=2048, piece_rows=256, mode="cache", seed=3)
+    with StreamSource(ds, 3_000_000, cache_format="raw", **kw) as raw, \
+            StreamSource(ds, 3_000_000, cache_format="compact", **kw) as compact:  # fmt: skip
+        assert raw.cache_format == "raw" and compact.cache_format == "compact"
+        for src in (raw, compact):
+            src.make_state()
+        for e in range(2):  # the second epoch has residents (DuHL), kept compact
+            a, b = _epoch(raw, e), _epoch(compact, e)
+            assert a.keys() == b.keys()
+            for k in a:
+                for x, z in zip(a[k], b[k], strict=True):
+                    np.testing.assert_array_equal(x, z)
+        assert compact.resident_bytes > 0
+        # Criteo-like rows of 2^14 features: 2-byte indices, int8 labels, only valued entries
+        assert compact.cache.bytes_per_row <= 0.55 * raw.cache.bytes_per_row
+
+
+def test_fits_on_the_compact_cache_equal_fits_on_the_raw_one(small_parquet, monkeypatch):
+    kw = dict(C=0.1, tol=1e-8, max_iter=200, random_state=0, n_jobs=2, memory_budget="3MB")
+    fits = {}
+    for fmt in ("raw", "compact"):
+        monkeypatch.setenv("SNAPFIT_CACHE_FORMAT", fmt)
+        fits[fmt] = LogisticRegression(**kw).fit(small_parquet)
+    np.testing.assert_array_equal(fits["raw"].coef_, fits["compact"].coef_)
+    assert fits["raw"].history_[-1]["primal"] == fits["compact"].history_[-1]["primal"]
+
+
+def test_auto_format_is_compact_once_the_raw_cache_would_not_stay_in_memory(
+    small_parquet, monkeypatch
+):
+    ds = Dataset(small_parquet)
+    import snapfit.stream.source as source
+
+    monkeypatch.setattr(source, "available_memory", lambda: 10**12)
+    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+        assert (src.mode, src.cache_format) == ("cache", "raw")
+    monkeypatch.setattr(source, "available_memory", lambda: 1_000_000)  # raw: ~7 MB
+    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+        assert (src.mode, src.cache_format) == ("cache", "compact")
+    with pytest.raises(ValueError, match="cache format is 'zip'"):
+        StreamSource(ds, 3_000_000, cache_format="zip")
