@@ -208,7 +208,8 @@ def _timings_md(res: dict) -> list[str]:
         sec = tm.get("table_s", {}).get(name, 0.0)
         rows.append(f"| systems table, {name} | {sec:.0f} | {cpu(block):.0f} |")
     if "target_s" in tm:
-        rows.append(f"| time to target | {tm['target_s']:.0f} | {cpu(res['target']):.0f} |")
+        spent = sum(cpu(t) for t in _targets(res))
+        rows.append(f"| time to target | {tm['target_s']:.0f} | {spent:.0f} |")
     rows += [f"| all of the above | {res['total_s']:.0f} | |", "",
              "Per job, wall s (CPU s): one process per system and part, holding all its fits, "
              "its start-up and its evaluation (objective check: one process for all, wall only).",
@@ -224,23 +225,32 @@ def _timings_md(res: dict) -> list[str]:
                 cell += f" ({r['cpu_s']:.0f})"
             cells.append(cell)
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    ref = res.get("target", {}).get("reference", {})
-    if "wall_s" in ref:
-        rows += ["", f"The time-to-target reference fit (also snapfit-1's first run there) took "
-                 f"{ref['wall_s']:.0f} s ({ref.get('cpu_s', 0):.0f} s CPU); the snapfit-1 cell "
-                 "is its other runs."]  # fmt: skip
+    for t in _targets(res):
+        ref = t.get("reference", {})
+        if "wall_s" in ref:
+            rows += ["", f"The time-to-target reference fit on {t['set']['name']} (also "
+                     f"snapfit-1's first run there) took {ref['wall_s']:.0f} s "
+                     f"({ref.get('cpu_s', 0):.0f} s CPU); the snapfit-1 cell is its other "
+                     "runs."]  # fmt: skip
     return rows
 
 
+def _targets(res: dict) -> list[dict]:
+    """The time-to-target blocks (one per data shape; older results hold a single one)."""
+    t = res.get("target")
+    if t is None:
+        return []
+    return t if isinstance(t, list) else [t]
+
+
 def _job_blocks(res: dict) -> list[dict]:
-    return ([res["agree"]] if "agree" in res else []) + res.get("table", []) + (
-        [res["target"]] if "target" in res else [])  # fmt: skip
+    return ([res["agree"]] if "agree" in res else []) + res.get("table", []) + _targets(res)
 
 
 def _job_columns(res: dict) -> list[str]:
     cols = ["objective check"] if "agree" in res else []
     cols += [b["set"]["name"] for b in res.get("table", [])]
-    return cols + (["time to target"] if "target" in res else [])
+    return cols + [f"time to target, {t['set']['name']}" for t in _targets(res)]
 
 
 def write_report(res: dict, out_dir: str) -> None:
@@ -266,11 +276,15 @@ def write_report(res: dict, out_dir: str) -> None:
            if shared else "nothing else was running when it started."),
         "",
     ]  # fmt: skip
-    if "target" in res:
-        t = res["target"]
-        plot_target(t, os.path.join(out_dir, "time_to_target.png"))
-        lines += ["## Time to target (issue 6)", "", *_target_md(t), "",
-                  "![time to target](time_to_target.png)", "", _METHOD, ""]  # fmt: skip
+    targets = _targets(res)
+    if targets:
+        lines += ["## Time to target", ""]
+        for t in targets:
+            png = f"time_to_target_{t['set'].get('kind') or t['set']['name']}.png"
+            plot_target(t, os.path.join(out_dir, png))
+            lines += [f"### {t['set']['name']}", "", *_target_md(t), "",
+                      f"![time to target]({png})", ""]  # fmt: skip
+        lines += [_METHOD, ""]
     if "agree" in res:
         lines += ["## Same objective everywhere", "", *_agree_md(res["agree"]), "", _AGREE, ""]
     if "table" in res:

@@ -2,10 +2,12 @@
 
 Every set is a directory holding ``train.npz`` and ``test.npz`` (scipy CSR, float32, plus
 labels in {0, 1}), ``train.parquet`` (the training rows in snapfit's format, for out-of-core
-fits) and ``meta.json``. Four kinds, all seeded:
+fits) and ``meta.json``. Five kinds, all seeded:
 
 * ``criteo-like``: ``make_criteo_like`` rows; the test rows are the blocks that follow the
   training rows (same seed, hence the same planted model and hashing);
+* ``criteo-40``: the same generator with no missing fields: 39 entries in every row (40 with
+  the intercept), the shape of the independent Snap ML comparison (2^20 features);
 * ``criteo-tsv``: ``make_criteo_like_tsv`` written as raw Criteo TSV, then ``convert``-ed (the
   path a real Criteo day takes), last sixth held out;
 * ``onehot-svm``: categorical fields one-hot encoded, written by scikit-learn's
@@ -45,7 +47,7 @@ def load_xy(path: str):
     return X, z["y"]
 
 
-def _criteo_like_test(n_train: int, n_test: int, seed: int):
+def _criteo_like_test(n_train: int, n_test: int, seed: int, dense: bool = False):
     """Rows of the blocks after the training rows: same seed, no row shared."""
     from snapfit.datasets.criteo_hash import rows_to_csr
     from snapfit.datasets.criteo_like import BLOCK, _block_rows
@@ -53,7 +55,7 @@ def _criteo_like_test(n_train: int, n_test: int, seed: int):
     first = (n_train + BLOCK - 1) // BLOCK
     parts, labels = [], []
     for b in range(first, first + (n_test + BLOCK - 1) // BLOCK):
-        lab, ints, ip, tok, cp = _block_rows(seed, b, BLOCK)
+        lab, ints, ip, tok, cp = _block_rows(seed, b, BLOCK, dense)
         indptr, idx, val = rows_to_csr(ints, ip, tok, cp, HASH_BITS)
         parts.append(sp.csr_matrix((val, idx, indptr), shape=(len(lab), 1 << HASH_BITS)))
         labels.append(lab)
@@ -127,9 +129,10 @@ def make_set(kind: str, rows: int, *, seed: int = 0, log=print) -> str:
     from snapfit.datasets.convert import convert
     from snapfit.datasets.criteo_like import make_criteo_like, make_criteo_like_tsv
 
-    if kind in ("criteo-like", "tiny"):
-        Xtr, ytr = make_criteo_like(rows, seed=seed, hash_bits=HASH_BITS)
-        Xte, yte = _criteo_like_test(rows, n_test, seed)
+    if kind in ("criteo-like", "tiny", "criteo-40"):
+        dense = kind == "criteo-40"
+        Xtr, ytr = make_criteo_like(rows, seed=seed, hash_bits=HASH_BITS, dense=dense)
+        Xte, yte = _criteo_like_test(rows, n_test, seed, dense)
         if kind == "tiny":
             Xtr, Xte = _compact(Xtr, Xte)
     elif kind == "criteo-tsv":

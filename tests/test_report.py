@@ -128,7 +128,8 @@ def _bench_results():
     table["systems"]["saga"] = {"error": "boom", "wall_s": 1.0}
     return {"mode": "quick", "C": 0.1, "command": "python -m bench --quick", "total_s": 400.0,
             "loadavg_start": [0.2], "loadavg_end": [0.3], "agree": agree, "table": [table],
-            "target": target, "machine": {k: "x" for k in ("cpu", "cores", "ram_gb",
+            "target": [target, dict(target, set=dict(meta, name="c40-1000", kind="criteo-40"))],
+            "machine": {k: "x" for k in ("cpu", "cores", "ram_gb",
             "platform", "python", "numpy", "scipy", "scikit-learn", "snapml", "vowpalwabbit",
             "numba", "pyarrow", "snapfit")},
             "timings": {"data_s": 5.0, "agree_s": 20.0, "table_s": {"s-1000": 100.0},
@@ -146,7 +147,8 @@ def test_bench_report_checks_agreement_and_shows_time(tmp_path):
     assert "raised to that" in md and "300% of the decoded data" in md
     assert "## Where the time went" in md and "| systems table, s-1000 | 100 | 20 |" in md
     assert "error: boom" in md
-    for png in ("time_to_target.png", "pass_rates.png"):
+    assert "### s-1000" in md and "### c40-1000" in md  # one time-to-target block per shape
+    for png in ("time_to_target_s-1000.png", "time_to_target_criteo-40.png", "pass_rates.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 

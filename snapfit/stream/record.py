@@ -13,9 +13,9 @@ back to decoding Parquet every epoch (4x slower per epoch). The compact record s
 
 and weights and norms as float32. By the layout, a row of 40 entries with 13 valued ones and
 2^20 features takes ~185 bytes instead of 336; measured on ``make-data criteo-like`` (2^20
-features, ~33 entries a row): 152 bytes instead of 284 (docs/out-of-core.md). Reading a piece back is one ``preadv`` into a scratch buffer and
-one pass of ``expand`` (numba, GIL released) into the chunk buffer: a few ns per entry, far
-below the solver's cost per entry.
+features, ~33 entries a row): 152 bytes instead of 284 (docs/out-of-core.md). Reading a piece
+back is one ``preadv`` into a scratch buffer and one pass of ``expand`` (numba, GIL released)
+into the chunk buffer: a few ns per entry, far below the solver's cost per entry.
 
 Layout, every section starting at a multiple of 4 bytes::
 
