@@ -17,6 +17,8 @@ docs/gpu-performance-model.md has the reasoning and the measurements).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
@@ -148,3 +150,47 @@ def curvature(rule, indptr, indices, values, has_values, sqnorm, rows, bias, tau
         row_overlap(indptr, indices, values, has_values, rows, weights, out)
         return out + tau * b2
     raise ValueError(f"rule must be one of {RULES}; got {rule!r}.")
+
+
+@dataclass
+class Run:
+    """What ``run`` saw: the exact dual after every epoch, the last primal, and whether the
+    duality gap met ``tol`` (relative to the primal) within the epochs allowed."""
+
+    duals: list[float]
+    primal: float
+    converged: bool
+
+    @property
+    def epochs(self) -> int:
+        return len(self.duals)
+
+    def dual_drops(self, rtol: float = 1e-12) -> int:
+        """Epochs whose dual fell below the previous one's (beyond ``rtol`` of it)."""
+        d = np.asarray(self.duals)
+        return int(np.sum(d[1:] < d[:-1] - rtol * np.abs(d[:-1])))
+
+
+def run(args, sqnorm, n_features, c_pos, c_neg, bias, tau, rule, *, tol, max_epochs, seed=0):
+    """Epochs of ``wave_pass`` (``sigma = 1``) over one chunk (``args`` as ``cpu.chunk_args``
+    gives them), each in a fresh random order, from ``alpha = 0`` until the relative duality
+    gap is at most ``tol``. The dual is exact every epoch at no cost: a pass visits every row,
+    so its entropy sum is the dual's. The curvature is computed once: it depends on the rows
+    of the pass, not their order."""
+    n = len(args[4])
+    rng = np.random.default_rng(seed)
+    alpha, w = np.zeros(n), np.zeros(n_features + 1)
+    curv = curvature(rule, *args[:4], sqnorm, np.arange(n), bias, tau, n_features)
+    duals: list[float] = []
+    primal = np.inf
+    for epoch in range(max_epochs):
+        rows = rng.permutation(n)
+        _, ent = wave_pass(*args, c_pos, c_neg, bias, curv, alpha, w, rows, 1.0, tau, epoch)
+        ww = cpu.squared_norm(w)
+        duals.append(-0.5 * ww - ent)
+        if not np.isfinite(duals[-1]):
+            break
+        primal = 0.5 * ww + cpu.chunk_objective(*args, c_pos, c_neg, bias, alpha, w)[0]
+        if primal - duals[-1] <= tol * abs(primal):
+            return Run(duals, primal, True)
+    return Run(duals, primal, False)
