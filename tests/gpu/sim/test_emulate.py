@@ -11,14 +11,16 @@ from snapfit.solvers import gpu as kernels
 from tests.gpu.sim.conftest import make_problem_data
 
 
-def _setup(n, d, seed):
+def _setup(n, d, seed, ones):
     X, y, weight = make_problem_data(n=n, d=d, weights=True, seed=seed)
     X.data += 0.5  # values away from 0: every row pushes its shared columns hard
+    values = X.data if not ones else X.data[:0]  # one-hot: implicit 1.0 values
     args = (
-        X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, True, y, weight, True,
+        X.indptr.astype(np.int64), X.indices.astype(np.int32), values, not ones, y, weight,
+        True,
     )  # fmt: skip
     sq = np.zeros(n, np.float32)
-    cpu.row_sqnorms(args[0], args[1], X.data, True, sq)
+    cpu.row_sqnorms(args[0], args[1], values, not ones, sq)
     return args, sq
 
 
@@ -54,12 +56,14 @@ def _emulated_passes(args, sq, orders, tau, bias, c, sigma, d, seed):
 
 
 @pytest.mark.parametrize(
-    ("block", "team", "n_rows"),
-    [(16, 2, 40), (16, 4, 40), (16, 1, 40), (16, 2, 5)],  # tau 8, 4, 16, and 8 capped at 5
-)
-def test_one_block_is_an_emulated_wave(block, team, n_rows):
+    ("block", "team", "n_rows", "ones"),
+    # tau 8, 4, 16, 8 capped at 5 rows, and 8 on one-hot rows
+    [(16, 2, 40, False), (16, 4, 40, False), (16, 1, 40, False), (16, 2, 5, False),
+     (16, 2, 40, True)],
+)  # fmt: skip
+def test_one_block_is_an_emulated_wave(block, team, n_rows, ones):
     n, d, c, bias, sigma = 40, 10, 4.0, 1.0, 1.5
-    args, sq = _setup(n, d, seed=block + team)
+    args, sq = _setup(n, d, seed=block + team, ones=ones)
     rng = np.random.default_rng(team)
     orders = [rng.permutation(n)[:n_rows] for _ in range(3)]
     ref = _kernel_passes(args, sq, orders, block, team, bias, c, sigma, d)
