@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import cuda
+from numba.cuda.cudadrv.driver import device_memset
 
 from snapfit.engine.units import Unit, host_warm
 from snapfit.gpu.data import (
@@ -97,6 +98,7 @@ class GpuUnit(Unit):
         self.copy_stream = cuda.stream()
         self.compute_stream = cuda.stream()
         self.w = cuda.device_array(self.n_features + 1, dtype=np.float64)
+        self.counts = cuda.device_array(max(self.n_features, 1), dtype=np.int32)
         if self.budget is None:
             free, _ = cuda.current_context().get_memory_info()
             self.budget = 0.8 * free
@@ -116,7 +118,8 @@ class GpuUnit(Unit):
 
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
-        return 8 * (self.n_features + 1)
+        """``w`` (float64) and the column counts of the safe step (int32)."""
+        return 8 * (self.n_features + 1) + 4 * max(self.n_features, 1)
 
     def _nbytes(self, rows, nnz):
         """Device bytes of pieces of these sizes as this unit keeps them."""
@@ -167,10 +170,18 @@ class GpuUnit(Unit):
         team = self._team(dc)
         p = self.p
         n = dc.n_rows
+        grid = self._grid(len(rows), team)
+        args = dc.args()
+        order = dc.rows[: len(rows)]
         with serial:
-            kernels.cd_pass[self._grid(len(rows), team), self.block, self.compute_stream](
-                *dc.args(), p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], dc.alpha[:n], self.w,
-                dc.rows[: len(rows)], self.sigma, team, self._results[item.seq],
+            if min(grid * (self.block // team), len(rows)) > 1:  # rows in flight: safe step
+                device_memset(self.counts, 0, self.counts.nbytes, stream=self.compute_stream)
+                kernels.column_counts[grid, self.block, self.compute_stream](
+                    args[0], args[1], order, team, self.counts
+                )
+            kernels.cd_pass[grid, self.block, self.compute_stream](
+                *args, p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], self.counts, dc.alpha[:n],
+                self.w, order, self.sigma, team, self._results[item.seq],
             )  # fmt: skip
         if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
             self.on_device.add(item.k)  # the device copy is now the current one

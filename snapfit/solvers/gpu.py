@@ -8,8 +8,15 @@ runs THE scalar update of ``snapfit.solvers.dual`` (compiled here as CUDA device
 the math is the CPU's, line for line), and every lane adds its share of ``delta * y_i * x_i``
 into ``w`` with ``cuda.atomic.add``. A block holds ``blockDim.x // team`` teams; the grid walks
 the chunk's rows in the order of the ``rows`` permutation (a device array), so many rows are in
-flight at once and read a ``w`` that other rows are updating: TPA-SCD's asynchronous semantics,
-which converge to the same optimum because each update is applied atomically.
+flight at once and read a ``w`` that other rows are updating: TPA-SCD's asynchronous semantics.
+Atomics only keep ``w = w(alpha)`` (no update is lost); they do not make the steps safe. Rows in
+flight that share a column (the intercept, Criteo's integer fields) each take a full Newton step
+from the same stale ``w`` and together overshoot, so the fit stalls or diverges. ``cd_pass``
+therefore takes a step that is safe for ``tau`` rows in flight, ``tau`` read from its own launch
+(teams in the grid, capped by the rows of the pass): each row's curvature is raised by the
+expected overlap of its columns with the other rows of a random wave of ``tau`` (the ESO of
+Richtarik & Takac; ``snapfit.solvers.emulate`` models the kernel on the CPU and
+docs/gpu-performance-model.md measures the price). With one row in flight it is the CPU's step.
 
 ``team`` is a power of two dividing ``blockDim.x`` (<= ``MAX_BLOCK``): 32 is a warp per row,
 ``blockDim.x`` a block per row (long rows); ``choose_team`` picks it from the mean row length.
@@ -94,6 +101,48 @@ def partial_dot(lo, hi, lane, team, indices, values, has_values, w):
 
 
 @_device
+def team_sum2(sh, sh2, team, x, u):
+    """``team_sum`` of two values at once (the same barriers): ``(sum of x, sum of u)``."""
+    tid = cuda.threadIdx.x
+    lane = tid % team
+    sh[tid] = x
+    sh2[tid] = u
+    cuda.syncthreads()
+    off = team // 2
+    while off > 0:
+        if lane < off:
+            sh[tid] += sh[tid + off]
+            sh2[tid] += sh2[tid + off]
+        cuda.syncthreads()
+        off //= 2
+    total = sh[tid - lane]
+    total2 = sh2[tid - lane]
+    cuda.syncthreads()
+    return total, total2
+
+
+@_device
+def partial_dot_overlap(lo, hi, lane, team, indices, values, has_values, w, counts, overlap):
+    """``partial_dot``, and when ``overlap`` this lane's share of ``sum_k (counts[j] - 1) x_k^2``
+    (``j = indices[k]``): how many other rows of the pass hold the row's columns, weighted by
+    the entries' squares (``emulate.eso_curvature``)."""
+    s = 0.0
+    u = 0.0
+    if has_values:
+        for k in range(lo + lane, hi, team):
+            v = float(values[k])
+            s += w[indices[k]] * v
+            if overlap:
+                u += float(counts[indices[k]] - 1) * v * v
+    else:
+        for k in range(lo + lane, hi, team):
+            s += w[indices[k]]
+            if overlap:
+                u += float(counts[indices[k]] - 1)
+    return s, u
+
+
+@_device
 def row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg):
     """``(C_i, lo, hi)`` of row ``i``: its bound and its entries ``[lo, hi)``. ``(0, 0, 0)``
     when not ``valid`` (a team past the last row, still looping for the block's barriers) or
@@ -137,38 +186,53 @@ def geometry(n, team):
 @cuda.jit
 def cd_pass(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma, team, out,
+    c_pos, c_neg, bias, sqnorm, counts, alpha, w, rows, sigma, team, out,
 ):  # fmt: skip
     """One pass of dual CD over ``rows`` of a chunk, updating ``alpha`` and ``w`` in place.
 
     As ``cpu.cd_pass``; the ``(gap, entropy)`` sums are added into ``out[0]``, ``out[1]`` (zero
     them first, or accumulate several passes). Rows are visited by teams of ``team`` threads.
+
+    The step is safe for the ``tau`` rows in flight, every team of the grid (capped by the
+    rows of the pass): with ``n`` rows in the pass and ``counts`` the stored entries of each
+    column over them (``column_counts``), row ``i``'s curvature is
+    ``sigma (||x_i||^2 + bias^2 + (tau - 1) (u_i / (n - 1) + bias^2))`` with
+    ``u_i = sum_j (counts_j - 1) x_ij^2``: the expected-separable overapproximation of Richtarik
+    & Takac for a random wave of ``tau`` rows (``emulate.eso_curvature``). With ``tau = 1``
+    ``counts`` is not read and the step is the CPU's.
     """
     sh = cuda.shared.array(MAX_BLOCK, float64)
+    sh2 = cuda.shared.array(MAX_BLOCK, float64)
     steps = cuda.shared.array(MAX_BLOCK, float64)
     d = w.shape[0] - 1
     bias2 = bias * bias
-    lane, slot, first, stride, n_iter = geometry(rows.shape[0], team)
+    n = rows.shape[0]
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    tau = min(stride, n)  # rows in flight: the grid's teams (one block: a synchronous wave)
+    theta = float(tau - 1)
+    scale = 1.0 / max(1, n - 1)
     gap = 0.0
     ent = 0.0
     for it in range(n_iter):
         p = first + it * stride
-        valid = p < rows.shape[0]
+        valid = p < n
         i = 0
         if valid:
             i = rows[p]
         c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
-        x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
+        x, u = partial_dot_overlap(
+            lo, hi, lane, team, indices, values, has_values, w, counts, tau > 1
+        )
         if lane == 0 and c > 0.0:
             x += w[d] * bias
-        dot = team_sum(sh, team, x)
+        dot, over = team_sum2(sh, sh2, team, x, u)
         if lane == 0:
             step = 0.0
             if c > 0.0:
                 yi = float(y[i])
                 b = yi * dot
                 # Gap term before the update, entropy after it: see cpu.cd_pass.
-                q = sigma * (float(sqnorm[i]) + bias2)
+                q = sigma * (float(sqnorm[i]) + bias2 + theta * (over * scale + bias2))
                 s_new, delta, g, e = row_update(q, b, alpha[i], c)
                 alpha[i] = s_new
                 gap += g
@@ -187,6 +251,21 @@ def cd_pass(
     if lane == 0:
         cuda.atomic.add(out, 0, gap)
         cuda.atomic.add(out, 1, ent)
+
+
+@cuda.jit
+def column_counts(indptr, indices, rows, team, counts):
+    """``counts[j] +=`` the stored entries of column ``j`` over the rows ``rows`` (zero
+    ``counts`` first): what ``cd_pass`` needs for its step with many rows in flight. A row
+    holding a column twice counts twice, which only makes the step more cautious."""
+    n = rows.shape[0]
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    for it in range(n_iter):
+        p = first + it * stride
+        if p < n:
+            i = rows[p]
+            for k in range(indptr[i] + lane, indptr[i + 1], team):
+                cuda.atomic.add(counts, indices[k], 1)
 
 
 @cuda.jit
@@ -333,6 +412,7 @@ def choose_team(mean_nnz: float, block: int) -> int:
 
 KERNELS = {
     "cd_pass": cd_pass,
+    "column_counts": column_counts,
     "chunk_objective": chunk_objective,
     "warm_start": warm_start,
     "decision_function": decision_function,
@@ -356,7 +436,8 @@ def ptx_signatures():
     for vals in (f32, f64):
         chunk = (i64, i32, vals, t.boolean, f32, f32, t.boolean)
         sigs.setdefault("cd_pass", []).append(
-            chunk + (t.float64, t.float64, t.float64, f32, f64, f64, i32, t.float64, t.int64, f64)
+            chunk
+            + (t.float64, t.float64, t.float64, f32, i32, f64, f64, i32, t.float64, t.int64, f64)
         )
         sigs.setdefault("chunk_objective", []).append(
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64)
@@ -368,4 +449,5 @@ def ptx_signatures():
             (i64, i32, vals, t.boolean, f64, t.float64, t.int64, f64)
         )
         sigs.setdefault("row_sqnorms", []).append((i64, i32, vals, t.boolean, t.int64, f32))
+    sigs["column_counts"] = [(i64, i32, i32, t.int64, i32)]
     return sigs

@@ -40,8 +40,9 @@ def test_one_row_at_a_time_equals_cpu_pass(team):
     gap_ent = cpu.cd_pass(*args, 1.5, 0.7, 1.0, sq, a_cpu, w_cpu, rows, 2.0)
     d_alpha, d_w, out = cuda.to_device(np.zeros(24)), cuda.to_device(np.zeros(9)), np.zeros(2)
     d_out = cuda.to_device(out)
+    counts = cuda.to_device(np.full(8, -7, np.int32))  # one row in flight: never read
     kernels.cd_pass[1, team](
-        *_dev(args), 1.5, 0.7, 1.0, cuda.to_device(sq), d_alpha, d_w,
+        *_dev(args), 1.5, 0.7, 1.0, cuda.to_device(sq), counts, d_alpha, d_w,
         cuda.to_device(rows.astype(np.int32)), 2.0, team, d_out,
     )  # fmt: skip
     np.testing.assert_allclose(d_w.copy_to_host(), w_cpu, rtol=1e-12, atol=1e-14)
