@@ -153,6 +153,7 @@ def train(
     warm: Warm | None = None,
     checkpoint: Checkpoints | None = None,
     callbacks: Sequence[Callback] = (),
+    keep_alpha: bool = True,
 ) -> FitResult:
     """Fit ``problem`` on ``source`` with ``devices``; ``train`` owns and closes ``source``.
 
@@ -161,7 +162,8 @@ def train(
     difference, when it was made with other data, parameters, units or layout); otherwise the
     fit starts from ``warm`` (dual variables, else ``w``) or from zero. ``callbacks`` get each
     epoch's record and ``w``; one returning True stops the fit. ``devices`` default: one CPU
-    thread.
+    thread. ``keep_alpha=False``: the result carries no dual variables (8 bytes a row, copied
+    out of the state: a caller that will not warm start from them should not pay for them).
     """
     devices = devices or Devices()
     with source:
@@ -176,6 +178,6 @@ def train(
             elif warm is not None and warm.w is not None:
                 tr.warm_start(warm.w)
             return run_epochs(tr, problem, callbacks=callbacks, checkpoint=ck,
-                              converged=converged)  # fmt: skip
+                              converged=converged, keep_alpha=keep_alpha)  # fmt: skip
         finally:
             tr.close()

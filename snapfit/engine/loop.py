@@ -38,6 +38,7 @@ def run_epochs(
     callbacks: Sequence[Callback] = (),
     checkpoint: Checkpointer | None = None,
     converged: bool = False,
+    keep_alpha: bool = True,
 ) -> FitResult:
     """Run epochs until the exact relative gap is at most ``problem.tol`` or ``max_iter``.
 
@@ -71,6 +72,6 @@ def run_epochs(
         n_iter=tr.epoch,
         converged=converged,
         history=tr.history,
-        # Kept for warm starts, unless it was spilled to disk to respect a memory budget.
-        alpha=None if tr.state.spilled else tr.alpha(),
+        # Kept for warm starts, unless unwanted or spilled to disk to respect a memory budget.
+        alpha=tr.alpha() if keep_alpha and not tr.state.spilled else None,
     )
