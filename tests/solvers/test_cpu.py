@@ -102,22 +102,26 @@ def test_cd_pass_matches_reference(problem, sigma, use_weight):
     assert np.all(alpha[c == 0] == 0.0)
 
 
-def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts):
+def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, scratch):
     """``cd_pass_shared`` over ``parts`` (thread ``t`` runs ``parts[t]``, one after another),
     between the slots' tag and fold; ``slots.w`` is the result."""
     slots.tag()
     for t, rows in enumerate(parts):
         cpu.cd_pass_shared(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
-                           slots.d, rows, 1.0, slots.stride, slots.n_threads, t, 0.0)  # fmt: skip
+                           slots.d, rows, 1.0, slots.stride, slots.n_threads, t, 0.0,
+                           scratch)  # fmt: skip
     slots.fold()
 
 
+@pytest.mark.parametrize("scratch", [256, 2])
 @pytest.mark.parametrize("use_weight", [False, True])
 @pytest.mark.parametrize("n_hot", [0, 5, 40])
-def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
+def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot, scratch):
     """One thread: bit for bit ``cd_pass``, whichever features are hot (slot reads add exact
-    zeros). Two threads run one after the other: each sees the other's slots summed, so the
-    pass is the sequential one over both halves (to rounding: sums in another order)."""
+    zeros). Two and three threads run one after the other (the two-thread loop and the
+    general one): each sees the others' slots summed, so the pass is the sequential one over
+    all parts (to rounding: sums in another order). Rows longer than ``scratch`` (most, at 2)
+    find where their moves go again."""
     X, y, weight = problem
     wt = weight if use_weight else None
     c_pos, c_neg, bias = 2.0, 0.5, 1.5
@@ -126,18 +130,21 @@ def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
     cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True, sq)
     rng = np.random.default_rng(n_hot)
     alpha, w = np.zeros(300), np.zeros(41)
-    one, two = HotSlots(40, 1), HotSlots(40, 2)
-    one.hot = two.hot = np.r_[np.sort(rng.choice(40, n_hot, replace=False)), 40]  # + intercept
-    a1, a2 = np.zeros(300), np.zeros(300)
+    one, two, three = HotSlots(40, 1), HotSlots(40, 2), HotSlots(40, 3)
+    one.hot = two.hot = three.hot = np.r_[np.sort(rng.choice(40, n_hot, replace=False)), 40]
+    a1, a2, a3 = np.zeros(300), np.zeros(300), np.zeros(300)
+    buf = np.empty(scratch, dtype=np.int64)
     for _ in range(3):
         rows = rng.permutation(300)
-        g, e = cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows])
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]])
+        cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], buf)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], buf)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]), buf)
         np.testing.assert_array_equal(a1, alpha)
         np.testing.assert_array_equal(one.w, w)
-        np.testing.assert_allclose(a2, alpha, rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(two.w, w, rtol=1e-12, atol=1e-14)
+        for a, slots in ((a2, two), (a3, three)):
+            np.testing.assert_allclose(a, alpha, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(slots.w, w, rtol=1e-12, atol=1e-14)
     assert not np.shares_memory(one.w, w) and np.all(np.isfinite(one.w))
 
 
@@ -238,7 +245,7 @@ def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
     else:
         slots = HotSlots(2, 2)
         slots.tag()
-        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0)
+        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64))
     fresh(*args)
     loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
