@@ -133,6 +133,17 @@ def test_deterministic_two_threads_on_criteo_like_rows_repeat_bit_for_bit():
     assert [h["dual"] for h in a.history_] == [h["dual"] for h in b.history_]
 
 
+@pytest.mark.parametrize("n_jobs", [3, 4])
+def test_more_threads_sharing_w_damp_hot_coordinates_and_reach_the_optimum(n_jobs):
+    """Beyond two threads the hot coordinates get curvature (T/2 - 1) more: same optimum."""
+    X, y, C, kw, sw, cw, bias, p_ref = reference("criteo", "plain")
+    est = snapfit.LogisticRegression(C=C, tol=1e-9, max_iter=5000, n_jobs=n_jobs,
+                                     random_state=0).fit(X, y)  # fmt: skip
+    p = primal(X, y, est.coef_, est.intercept_[0], C, bias=bias)
+    assert abs(p - p_ref) / abs(p_ref) <= 1e-6
+    assert est.history_[-1]["exact"] and est.history_[-1]["rel_gap"] <= 1e-9
+
+
 @pytest.mark.parametrize("stop", ["converged", "max_iter", "callback"])
 def test_shared_threads_return_w_of_alpha(stop):
     """Threads sharing w may lose cold updates; whatever ends the fit, the model is rebuilt
