@@ -41,8 +41,8 @@ Exactness. Lost cold updates make ``w != w(alpha)``, which would stall the fit a
 point and falsify the dual. The trainer therefore rebuilds ``w = w(alpha)`` exactly
 (``cpu.accumulate_w`` over every chunk, threads in parallel, ``Trainer.settle``) before every
 exact gap check and at the end of a fit, so a reported gap and the returned model are exact.
-It costs one pass that reads every chunk once (about a third of an epoch's time on 1M
-Criteo-like rows) per exact check; a fit makes one or two.
+It costs one in-order pass over every chunk per exact check (0.10 s of CPU on 1M
+Criteo-like rows, against 0.35 s for one thread's epoch); a fit makes one or two.
 
 Results depend on the threads' timing, so they are not reproducible bit for bit; the
 estimators' ``deterministic=True`` keeps CoCoA+ for that.
