@@ -199,6 +199,8 @@ def test_criteo_like_two_workers_reach_the_single_process_optimum(
     assert est.history_[-1]["rel_gap"] <= 1e-8
     assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
     assert len(est.history_) <= 40
+    # two threads sharing w are one unit towards sigma', like one thread
+    assert [(p["units"], p["sigma_units"]) for p in est.parts_] == [(n_jobs or 1, 1)] * 2
     # w is exactly w(alpha) over both workers' rows (alpha: the final round's checkpoint)
     w = np.r_[est.coef_.ravel(), est.intercept_]
     np.testing.assert_allclose(w, _w_of_alpha(criteo, est._alpha, C, C), rtol=0, atol=1e-10)

@@ -195,7 +195,8 @@ class Part:
             "label_counts": counts,
             "load_seconds": self.load_seconds,
             "budget": self.budget,
-            "units": self.devices.cocoa_units,
+            "units": self.devices.n_units,
+            "sigma_units": self.devices.cocoa_units,
             "gpus": len(self.devices.gpu_ids),
         }
 
