@@ -143,10 +143,12 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the visiting order.")
 @click.option(
-    "--deterministic",
-    is_flag=True,
-    help="Bit-identical results for a --seed and --n-jobs: CPU threads solve on private copies "
-    "of the weights, merged every epoch (more epochs), instead of sharing them.",
+    "--deterministic/--shared-threads",
+    default=True,
+    show_default=True,
+    help="How --n-jobs CPU threads work together: on private copies of the weights merged "
+    "every epoch, bit-identical for a --seed and --n-jobs; or sharing one copy (about one "
+    "thread's epochs, ~2x the CPU per epoch, not reproducible run to run).",
 )
 @click.option(
     "--checkpoint-dir",

@@ -70,16 +70,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     n_jobs : int or None
         Host threads (None: 1, -1: all cores) solving shares of the rows at once, as
         ``deterministic`` says. With GPUs, each GPU takes one of them to drive it.
-    deterministic : bool, default=False
-        How ``n_jobs >= 2`` CPU threads work together. False (the fastest): they share one
-        ``w``; the coordinates in more than 1 % of the rows (and the intercept) are kept in
-        per-thread slots that each thread alone writes and all read summed, the others are
-        updated in place Hogwild-style (``snapfit.engine.shared``). Two threads then need
-        about the epochs of one, but the result depends on thread timing (within ``tol`` of
-        the same optimum). True: each thread is a CoCoA+ unit on its own copy of ``w``, merged
-        every epoch (``sigma' = n_jobs``, so more epochs), and the fit is bit-identical for a
-        given ``random_state`` and ``n_jobs``. One thread, and CPU threads beside GPUs, are
-        deterministic either way. Both return ``w(alpha)`` exactly and certify the same gap.
+    deterministic : bool, default=True
+        How ``n_jobs >= 2`` CPU threads work together. True: each thread is a CoCoA+ unit on
+        its own copy of ``w``, merged every epoch (``sigma' = n_jobs``: more epochs, ~1.8x on
+        Criteo-like rows), and the fit is bit-identical for a given ``random_state`` and
+        ``n_jobs``. False: the threads share one ``w``; the coordinates in more than 1 % of
+        the rows (and the intercept) are kept in per-thread slots that each thread alone
+        writes and all read summed, the others are updated in place Hogwild-style
+        (``snapfit.engine.shared``). Two threads then need about the epochs of one, but each
+        epoch costs ~2x the CPU (cache lines of the shared coordinates move between cores),
+        and the result depends on thread timing (within ``tol`` of the same optimum); on two
+        idle cores it was not faster to a target than True (``docs/threads.md``). One thread,
+        and CPU threads beside GPUs, are deterministic either way. Both return ``w(alpha)``
+        exactly and certify the same gap.
     device_ids : list of int or None
         GPUs to train on with ``device="gpu"``, one unit each (Snap ML's name); None: ``[0]``.
     memory_budget : int, str or None
@@ -91,7 +94,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Rows per chunk for in-memory input (None: one chunk, the best convergence per epoch).
     random_state : int, RandomState or None
         Seeds the visiting order; the same seed and ``n_jobs`` give the same ``coef_`` (with
-        one thread or ``deterministic=True``).
+        one thread or ``deterministic=True``, the default).
     warm_start : bool, default=False
         Start from the dual point paired with the previous ``coef_``.
     verbose : int, default=0
@@ -100,8 +103,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Directory for ``checkpoint.snapfit`` (``w``, dual variables, epoch, fingerprint of data
         and parameters); written atomically every ``checkpoint_every`` epochs, at the end, and
         on SIGINT/SIGTERM (which then raise ``KeyboardInterrupt``). ``fit(..., resume=True)``
-        continues from it. Set ``random_state`` (and, with several threads,
-        ``deterministic=True``) to make resumed runs reproducible.
+        continues from it. Set ``random_state`` (and keep ``deterministic=True`` with
+        several threads) to make resumed runs reproducible.
     checkpoint_every : int, default=1
         Epochs between checkpoints.
     early_stopping_rounds : int or None
@@ -170,7 +173,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         max_iter=100,
         device="auto",
         n_jobs=None,
-        deterministic=False,
+        deterministic=True,
         device_ids=None,
         memory_budget=None,
         chunk_rows=None,

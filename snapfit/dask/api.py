@@ -71,7 +71,7 @@ class DaskLogisticRegression(LogisticRegression):
         max_iter=100,
         device="auto",
         n_jobs=None,
-        deterministic=False,
+        deterministic=True,
         device_ids=None,
         memory_budget=None,
         chunk_rows=None,

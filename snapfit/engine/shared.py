@@ -44,8 +44,11 @@ exact gap check and at the end of a fit, so a reported gap and the returned mode
 It costs one in-order pass over every chunk per exact check (0.10 s of CPU on 1M
 Criteo-like rows, against 0.35 s for one thread's epoch); a fit makes one or two.
 
-Results depend on the threads' timing, so they are not reproducible bit for bit; the
-estimators' ``deterministic=True`` keeps CoCoA+ for that.
+Results depend on the threads' timing, so they are not reproducible bit for bit. And the
+sharing has a price the epochs do not show: nearly every row reads and writes the slots of the
+dense coordinates, whose cache lines then move between the cores; on two idle cores a shared
+epoch took the CPU of two single-thread epochs (``docs/threads.md``). The estimators therefore
+default to CoCoA+ threads (``deterministic=True``); this scheme is ``deterministic=False``.
 """
 
 from __future__ import annotations

@@ -41,12 +41,12 @@ def test_epoch_delivers_every_row_once(small_parquet):
 
 def test_reaches_the_in_memory_optimum(small_parquet):
     ds = Dataset(small_parquet)
-    kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2)
+    # threads sharing w, in memory and streamed from a source that re-deals its pieces
+    kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
     with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode="parquet") as src:
         problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
                           max_iter=500)  # fmt: skip
-        # threads sharing w, as the estimator's default: on a source that re-deals pieces
         res = train(src, problem, devices=Devices(n_cpu=2, share_cpu=True))
     assert res.converged
     w_mem = np.r_[mem.coef_.ravel(), mem.intercept_]
