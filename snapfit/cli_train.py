@@ -143,6 +143,14 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the visiting order.")
 @click.option(
+    "--deterministic/--shared-threads",
+    default=True,
+    show_default=True,
+    help="How --n-jobs CPU threads work together: on private copies of the weights merged "
+    "every epoch, bit-identical for a --seed and --n-jobs; or sharing one copy (about one "
+    "thread's epochs, ~2x the CPU per epoch, not reproducible run to run).",
+)
+@click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),
     default=None,
@@ -161,7 +169,7 @@ def train(
     data, test, validation, early_stopping_rounds, validation_metric, out, C,
     device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
-    seed, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
+    seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
 ):  # fmt: skip
     """Train a logistic regression model on DATA (Parquet file, directory or glob) and write
     it to MODEL."""
@@ -196,6 +204,7 @@ def train(
     est = LogisticRegression(
         C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
         device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
+        deterministic=deterministic,
         early_stopping_rounds=early_stopping_rounds, validation_metric=validation_metric,
     )  # fmt: skip
     if checkpoint_dir:

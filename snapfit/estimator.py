@@ -68,8 +68,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "gpu" trains on GPUs (``device_ids``) with any remaining ``n_jobs`` threads taking the
         residue on the CPU; "auto" uses a GPU when a real one is present (CuPy input: always).
     n_jobs : int or None
-        Host threads (None: 1, -1: all cores); each is a CoCoA+ unit solving its share of the
-        rows on its own copy of ``w``. With GPUs, each GPU takes one of them to drive it.
+        Host threads (None: 1, -1: all cores) solving shares of the rows at once, as
+        ``deterministic`` says. With GPUs, each GPU takes one of them to drive it.
+    deterministic : bool, default=True
+        How ``n_jobs >= 2`` CPU threads work together. True: each thread is a CoCoA+ unit on
+        its own copy of ``w``, merged every epoch (``sigma' = n_jobs``: more epochs, ~1.8x on
+        Criteo-like rows), and the fit is bit-identical for a given ``random_state`` and
+        ``n_jobs``. False: the threads share one ``w``; the coordinates in more than 1 % of
+        the rows (and the intercept) are kept in per-thread slots that each thread alone
+        writes and all read summed, the others are updated in place Hogwild-style
+        (``snapfit.engine.shared``). Two threads then need about the epochs of one, but each
+        epoch costs ~2x the CPU (cache lines of the shared coordinates move between cores),
+        and the result depends on thread timing (within ``tol`` of the same optimum); on two
+        idle cores it was not faster to a target than True (``docs/threads.md``). One thread,
+        and CPU threads beside GPUs, are deterministic either way. Both return ``w(alpha)``
+        exactly and certify the same gap.
     device_ids : list of int or None
         GPUs to train on with ``device="gpu"``, one unit each (Snap ML's name); None: ``[0]``.
     memory_budget : int, str or None
@@ -80,7 +93,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     chunk_rows : int or None
         Rows per chunk for in-memory input (None: one chunk, the best convergence per epoch).
     random_state : int, RandomState or None
-        Seeds the visiting order; the same seed and ``n_jobs`` give the same ``coef_``.
+        Seeds the visiting order; the same seed and ``n_jobs`` give the same ``coef_`` (with
+        one thread or ``deterministic=True``, the default).
     warm_start : bool, default=False
         Start from the dual point paired with the previous ``coef_``.
     verbose : int, default=0
@@ -89,7 +103,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Directory for ``checkpoint.snapfit`` (``w``, dual variables, epoch, fingerprint of data
         and parameters); written atomically every ``checkpoint_every`` epochs, at the end, and
         on SIGINT/SIGTERM (which then raise ``KeyboardInterrupt``). ``fit(..., resume=True)``
-        continues from it. Set ``random_state`` to make resumed runs reproducible.
+        continues from it. Set ``random_state`` (and keep ``deterministic=True`` with
+        several threads) to make resumed runs reproducible.
     checkpoint_every : int, default=1
         Epochs between checkpoints.
     early_stopping_rounds : int or None
@@ -134,6 +149,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "device": [StrOptions({"auto", "cpu", "gpu"})],
         "n_jobs": [Integral, None],
+        "deterministic": ["boolean"],
         "device_ids": ["array-like", None],
         "memory_budget": [Interval(Integral, 1, None, closed="left"), str, None],
         "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
@@ -157,6 +173,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         max_iter=100,
         device="auto",
         n_jobs=None,
+        deterministic=True,
         device_ids=None,
         memory_budget=None,
         chunk_rows=None,
@@ -176,6 +193,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.device = device
         self.n_jobs = n_jobs
+        self.deterministic = deterministic
         self.device_ids = device_ids
         self.memory_budget = memory_budget
         self.chunk_rows = chunk_rows
@@ -221,7 +239,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             )
         # Resolved once here, passed down as numbers.
         devices = resolve_devices("gpu" if on_device else self.device, self.n_jobs,
-                                  self.device_ids)  # fmt: skip
+                                  self.device_ids, deterministic=self.deterministic)  # fmt: skip
         seed, bias = self._seed(), self._bias()
         rows_id = None
         dataset = as_dataset(X)

@@ -71,9 +71,12 @@ def resolve_n_jobs(n_jobs: int | None) -> int:
     return int(n_jobs)
 
 
-def resolve_devices(device: str, n_jobs: int | None, device_ids=None) -> Devices:
+def resolve_devices(
+    device: str, n_jobs: int | None, device_ids=None, *, deterministic: bool = True
+) -> Devices:
     """The units of a fit: ``n_jobs`` host threads (scikit-learn's convention), of which each
     GPU in ``device_ids`` (default ``[0]``) drives one and the others train on the CPU.
+    ``deterministic=False`` lets CPU threads without a GPU share ``w`` (``Devices.share_cpu``).
 
     ``device="gpu"`` without a usable GPU is a ``ResourceError``; ``"auto"`` uses a GPU only
     when a real one is present (see ``snapfit.gpu.resolve_device``). Under the CUDA simulator
@@ -88,7 +91,7 @@ def resolve_devices(device: str, n_jobs: int | None, device_ids=None) -> Devices
             "'auto'), or drop device_ids."
         )
     if resolve_device(device) == "cpu":
-        return Devices(n_cpu=n)
+        return Devices(n_cpu=n, share_cpu=not deterministic)
     ids = (0,) if device_ids is None else tuple(int(i) for i in device_ids)
     count = device_count()
     bad = [i for i in ids if not 0 <= i < count]

@@ -82,11 +82,14 @@ def test_train_writes_model_summary_and_json(files):
 
 def test_train_quiet_and_json_to_stdout(files, tmp_path, run):
     res = run("train", files["train"], "--out", tmp_path / "q.npz", "--max-iter", 3, "--json", "-",
-              "--class-weight", "balanced", "--n-jobs", 2, "--seed", 3)  # fmt: skip
+              "--class-weight", "balanced", "--n-jobs", 2, "--seed", 3,
+              "--shared-threads")  # fmt: skip
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["params"]["class_weight"] == "balanced" and doc["metrics"] == {}
     assert doc["params"]["n_jobs"] == 2 and doc["params"]["random_state"] == 3
+    assert doc["params"]["deterministic"] is False
+    assert json.loads(files["json"].read_text())["params"]["deterministic"] is True
 
 
 @pytest.mark.parametrize(

@@ -185,15 +185,22 @@ def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local,
     np.testing.assert_allclose(proba.compute(), loc.predict_proba(data[1]), atol=1e-12)
 
 
-def test_criteo_like_two_workers_reach_the_single_process_optimum(client, criteo):
+@pytest.mark.parametrize("n_jobs, deterministic", [(None, True), (2, False)])
+def test_criteo_like_two_workers_reach_the_single_process_optimum(
+    client, criteo, n_jobs, deterministic
+):
     """Dense fields shared by every row couple the workers' dual variables: plain CoCoA+ stalled
-    near 1e-3 here (fixed shares); the corrected rounds reach the optimum in a few dozen."""
+    near 1e-3 here (fixed shares); the corrected rounds reach the optimum in a few dozen. Two
+    threads sharing w on each worker count as one unit and keep every round's dw exact."""
     ref = LogisticRegression(C=C, tol=1e-10, max_iter=500, random_state=0).fit(criteo)
-    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=60, random_state=0)
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=60, random_state=0,
+                                 n_jobs=n_jobs, deterministic=deterministic)  # fmt: skip
     est.fit(criteo)
     assert est.history_[-1]["rel_gap"] <= 1e-8
     assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
     assert len(est.history_) <= 40
+    # two threads sharing w are one unit towards sigma', like one thread
+    assert [(p["units"], p["sigma_units"]) for p in est.parts_] == [(n_jobs or 1, 1)] * 2
     # w is exactly w(alpha) over both workers' rows (alpha: the final round's checkpoint)
     w = np.r_[est.coef_.ravel(), est.intercept_]
     np.testing.assert_allclose(w, _w_of_alpha(criteo, est._alpha, C, C), rtol=0, atol=1e-10)
@@ -201,7 +208,7 @@ def test_criteo_like_two_workers_reach_the_single_process_optimum(client, criteo
     assert est.feature_map_ == ref.feature_map_ and est.feature_map_["hash_bits"] == 16
     assert est.to_local().feature_map_ == ref.feature_map_
     other = os.path.join(os.path.dirname(criteo), "bits15.parquet")
-    make_criteo_like_parquet(other, 100, seed=1, hash_bits=15)
+    make_criteo_like_parquet(other, 100, seed=1, hash_bits=15, force=True)
     with pytest.raises(DataError, match="its hash_bits is 15 but the model's is 16"):
         est.predict_proba(other)
 

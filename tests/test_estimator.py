@@ -16,6 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import snapfit
 from snapfit.data import write_parquet
 from snapfit.datasets.criteo_like import make_criteo_like
+from snapfit.solvers import cpu
 from tests.helpers import liblinear, primal
 
 
@@ -79,13 +80,14 @@ def _class_weight(cw, y, sw):
     return dict(zip(classes, weights, strict=True))
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("n_jobs", [1, 2])
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("name", list(DATASETS))
-def test_reaches_liblinear_optimum(name, config, n_jobs):
+def test_reaches_liblinear_optimum(name, config, n_jobs, deterministic):
     X, y, C, kw, sw, cw, bias, p_ref = reference(name, config)
     est = snapfit.LogisticRegression(C=C, tol=1e-9, max_iter=20000, n_jobs=n_jobs,
-                                     random_state=0, **kw)  # fmt: skip
+                                     deterministic=deterministic, random_state=0, **kw)  # fmt: skip
     est.fit(X, y, sample_weight=sw)
     p = primal(X, y, est.coef_, est.intercept_[0], C, sample_weight=sw, class_weight=cw, bias=bias)
     assert abs(p - p_ref) / abs(p_ref) <= 1e-6
@@ -95,7 +97,8 @@ def test_reaches_liblinear_optimum(name, config, n_jobs):
 def test_two_threads_keep_the_dual_ascending_and_reach_the_same_optimum():
     X, y, C = criteo_set()
     fits = {k: snapfit.LogisticRegression(C=C, tol=1e-9, max_iter=5000, n_jobs=k,
-                                          random_state=1).fit(X, y) for k in (1, 2)}  # fmt: skip
+                                          deterministic=True, random_state=1).fit(X, y)
+            for k in (1, 2)}  # fmt: skip
     for est in fits.values():
         duals = [h["dual"] for h in est.history_]
         assert all(b >= a - 1e-9 * abs(a) for a, b in zip(duals, duals[1:], strict=False))
@@ -107,9 +110,11 @@ def test_two_threads_keep_the_dual_ascending_and_reach_the_same_optimum():
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n_jobs=st.sampled_from([1, 2]), C=st.floats(0.01, 10))
 def test_history_gap_nonnegative_dual_monotone_and_reproducible(seed, n_jobs, C):
+    """deterministic=True: the same seed and n_jobs give the same model, bit for bit."""
     X, y = make_classification(200, 8, random_state=seed % 1000)
-    make = lambda: snapfit.LogisticRegression(C=C, n_jobs=n_jobs, random_state=seed,  # noqa: E731
-                                              max_iter=30, tol=1e-6)  # fmt: skip
+    make = lambda: snapfit.LogisticRegression(  # noqa: E731
+        C=C, n_jobs=n_jobs, random_state=seed, max_iter=30, tol=1e-6, deterministic=True
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         a, b = make().fit(X, y), make().fit(X, y)
@@ -117,6 +122,51 @@ def test_history_gap_nonnegative_dual_monotone_and_reproducible(seed, n_jobs, C)
     assert all(h["gap"] >= 0 for h in a.history_)
     duals = [h["dual"] for h in a.history_]
     assert all(d2 >= d1 - 1e-9 * abs(d1) for d1, d2 in zip(duals, duals[1:], strict=False))
+
+
+def test_deterministic_two_threads_on_criteo_like_rows_repeat_bit_for_bit():
+    X, y, C = criteo_set()
+    make = lambda: snapfit.LogisticRegression(C=C, n_jobs=2, deterministic=True,  # noqa: E731
+                                              random_state=5, tol=1e-8, max_iter=500)  # fmt: skip
+    a, b = make().fit(X, y), make().fit(X, y)
+    assert np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)
+    assert [h["dual"] for h in a.history_] == [h["dual"] for h in b.history_]
+
+
+@pytest.mark.parametrize("n_jobs", [3, 4])
+def test_more_threads_sharing_w_damp_hot_coordinates_and_reach_the_optimum(n_jobs):
+    """Beyond two threads the hot coordinates get curvature (T/2 - 1) more: same optimum."""
+    X, y, C, kw, sw, cw, bias, p_ref = reference("criteo", "plain")
+    est = snapfit.LogisticRegression(C=C, tol=1e-9, max_iter=5000, n_jobs=n_jobs,
+                                     random_state=0).fit(X, y)  # fmt: skip
+    p = primal(X, y, est.coef_, est.intercept_[0], C, bias=bias)
+    assert abs(p - p_ref) / abs(p_ref) <= 1e-6
+    assert est.history_[-1]["exact"] and est.history_[-1]["rel_gap"] <= 1e-9
+
+
+@pytest.mark.parametrize("stop", ["converged", "max_iter", "callback"])
+def test_shared_threads_return_w_of_alpha(stop):
+    """Threads sharing w may lose cold updates; whatever ends the fit, the model is rebuilt
+    from the dual variables it returns: coef_ and intercept_ are w(alpha) to 1e-10."""
+    X, y, C = criteo_set()
+    kw = {"converged": {}, "max_iter": {"max_iter": 3}, "callback": {}}[stop]
+    est = snapfit.LogisticRegression(C=C, n_jobs=2, deterministic=False, tol=1e-8,
+                                     random_state=2, **kw)  # fmt: skip
+    callbacks = [lambda rec, coef, b: rec.epoch >= 4] if stop == "callback" else []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y, callbacks=callbacks)
+    alpha, c_pos, c_neg, _ = est._dual
+    Xc = sp.csr_matrix(X, dtype=np.float32)
+    w = np.zeros(X.shape[1] + 1)
+    cpu.accumulate_w(Xc.indptr.astype(np.int64), Xc.indices, Xc.data, True,
+                     np.where(y > 0, 1.0, -1.0).astype(np.float32), cpu.EMPTY_F32, False,
+                     c_pos, c_neg, 1.0, alpha, w)  # fmt: skip
+    np.testing.assert_allclose(est.coef_.ravel(), w[:-1], rtol=0, atol=1e-10)
+    assert abs(est.intercept_[0] - w[-1]) <= 1e-10
+    assert len(est.history_) == {"converged": len(est.history_), "max_iter": 3, "callback": 4}[stop]
+    if stop == "converged":
+        assert est.history_[-1]["exact"] and est.history_[-1]["rel_gap"] <= 1e-8
 
 
 # Dual coordinate descent needs very many epochs on dense, uncentered, nearly collinear data

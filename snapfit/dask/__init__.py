@@ -3,10 +3,11 @@
 The driver (your client) reads Parquet footers only and deals row groups to workers by nnz; each
 worker reads its row groups itself and keeps them (resident, or streamed within its memory
 budget), their dual variables and its threads in a ``Part`` actor between rounds. A round: each
-part runs the engine on its subproblem (CoCoA+ with sigma' = all threads of all workers, plus a
-gradient correction) and returns ``dw``; the driver sums, every part measures the new point
-(exact duality gap, gradient), the driver accepts or rejects the round, checkpoints alpha, and
-survives a lost worker by re-placing its share. See ``docs/dask.md``.
+part runs the engine on its subproblem (CoCoA+ with sigma' = all units of all workers, a
+worker's threads that share ``w`` counting once, plus a gradient correction) and returns
+``dw``; the driver sums, every part measures the new point (exact duality gap, gradient), the
+driver accepts or rejects the round, checkpoints alpha, and survives a lost worker by
+re-placing its share. See ``docs/dask.md``.
 
 >>> from distributed import Client, LocalCluster              # doctest: +SKIP
 >>> from snapfit.dask import DaskLogisticRegression            # doctest: +SKIP

@@ -219,8 +219,9 @@ class _Round:
         return wait_all(self.client, calls, timeout=self.timeout, what=what)
 
     def units(self, addr: str) -> int:
-        """The CoCoA+ units a part runs: its GPUs and CPU threads (resolved on its worker)."""
-        return int(self.infos[addr]["units"])
+        """The CoCoA+ units a part runs: its GPUs and CPU threads, its CPU threads once when
+        they share ``w`` (resolved on its worker)."""
+        return int(self.infos[addr]["sigma_units"])
 
     def scales(self) -> dict[str, float]:
         """``s_k = n / n_k`` per part: sum_k 1/s_k = 1, the CoCoA+-safe split of sigma'."""

@@ -65,7 +65,8 @@ def _devices(units: dict, worker) -> Devices:
     try:
         return resolve_devices(units.get("device", "cpu"),
                                worker.state.nthreads if n_jobs is None else n_jobs,
-                               units.get("device_ids"))  # fmt: skip
+                               units.get("device_ids"),
+                               deterministic=units.get("deterministic", True))  # fmt: skip
     except ResourceError as e:
         raise ResourceError(f"worker {worker.address}: {e}") from None
 
@@ -127,7 +128,9 @@ class Part:
         self.scale = 1.0
         self.kept: dict[str, np.ndarray] = {}  # vectors left for a reduction tree to take
         self.w_measured = self.r = None
-        self.saved: tuple | None = None  # (alpha, w, r) of the last accepted point
+        self.saved: tuple | None = None  # (alpha, w, r, own) of the last accepted point
+        # This share's w(alpha) when its threads share w (the exact base of each round's dw).
+        self.own: np.ndarray | None = None
         self.load_seconds = time.perf_counter() - t0
 
     # -- data ------------------------------------------------------------------------------
@@ -193,6 +196,7 @@ class Part:
             "load_seconds": self.load_seconds,
             "budget": self.budget,
             "units": self.devices.n_units,
+            "sigma_units": self.devices.cocoa_units,
             "gpus": len(self.devices.gpu_ids),
         }
 
@@ -240,6 +244,7 @@ class Part:
             tr.set_alpha(alpha)  # w(alpha) exactly: the driver's sum is w(alpha) of all parts
         elif warm_w is not None:
             tr.warm_start(np.asarray(warm_w, dtype=np.float64))
+        self.own = tr.w.copy() if tr.slots is not None else None
         return {"w": _pack(tr.w.copy()), "alpha": tr.alpha()}
 
     def measure(self, w, *, checkpoint: bool = False, keep: bool = False) -> dict:
@@ -290,11 +295,11 @@ class Part:
         if revert:
             if self.saved is None:
                 raise RuntimeError("step(revert=True) before any accepted point")
-            alpha, w, r = self.saved
+            alpha, w, r, self.own = self.saved
             tr.write_alpha(alpha)
         else:
             w, r = self.w_measured, self.r
-            self.saved = (tr.alpha(), w, r)
+            self.saved = (tr.alpha(), w, r, self.own)
         s = self.scale
         view = w + theta * (s * r - unpack(g)) if theta else w.copy()
         dw = np.zeros_like(w)
@@ -312,6 +317,13 @@ class Part:
             local_gap = rec.gap
             if local_gap <= target:
                 break
+        if self.own is not None:
+            # Threads sharing w may have lost updates: the round's dw is this share's
+            # w(alpha) now minus at the accepted point, exactly (one summing pass).
+            tr.drifted = True
+            tr.settle()
+            dw = tr.w - self.own
+            self.own = tr.w.copy()
         out = {"passes": passes, "local_gap": local_gap,
                "seconds": time.perf_counter() - t0}  # fmt: skip
         if keep:

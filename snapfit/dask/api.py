@@ -38,12 +38,14 @@ class DaskLogisticRegression(LogisticRegression):
     own thread count). ``device="gpu"`` trains on each worker's GPUs (``device_ids``, default
     ``[0]``: the GPU a ``dask_cuda.LocalCUDACluster`` gives each worker) with the worker's
     other threads taking the residue; a worker without a GPU is named in a ``ResourceError``.
-    sigma' is the sum of the units over the workers. ``checkpoint_every`` is the rounds between
-    alpha checkpoints the parts send the driver (8 bytes per row each time): a lost worker costs
-    at most that many rounds. ``checkpoint_dir`` must be None (the checkpoint lives in the
-    driver's memory). ``memory_budget`` and ``chunk_rows`` apply per worker, to its share of
-    Parquet input: the share stays resident when it fits the budget and is streamed by the
-    out-of-core engine otherwise (None: half of the worker's ``memory_limit``, or of its
+    sigma' is the sum of the units over the workers; with ``deterministic=False`` a worker's
+    CPU threads share ``w`` and count as one unit (the worker then rebuilds its share of
+    ``w(alpha)`` once per round, so the rounds stay exact). ``checkpoint_every`` is the rounds
+    between alpha checkpoints the parts send the driver (8 bytes per row each time): a lost
+    worker costs at most that many rounds. ``checkpoint_dir`` must be None (the checkpoint
+    lives in the driver's memory). ``memory_budget`` and ``chunk_rows`` apply per worker, to its
+    share of Parquet input: the share stays resident when it fits the budget and is streamed by
+    the out-of-core engine otherwise (None: half of the worker's ``memory_limit``, or of its
     available memory when it has no limit).
 
     ``fit`` takes Parquet paths (a file, directory, glob or list; labels inside) or a dask array
@@ -69,6 +71,7 @@ class DaskLogisticRegression(LogisticRegression):
         max_iter=100,
         device="auto",
         n_jobs=None,
+        deterministic=True,
         device_ids=None,
         memory_budget=None,
         chunk_rows=None,
@@ -90,6 +93,7 @@ class DaskLogisticRegression(LogisticRegression):
         self.max_iter = max_iter
         self.device = device
         self.n_jobs = n_jobs
+        self.deterministic = deterministic
         self.device_ids = device_ids
         self.memory_budget = memory_budget
         self.chunk_rows = chunk_rows
@@ -172,7 +176,8 @@ class DaskLogisticRegression(LogisticRegression):
         per_round = (on_round, self._print_round if self.verbose else None)
         callbacks += [lambda rec, w, c=c: c(rec) for c in per_round if c]
 
-        units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids}
+        units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids,
+                 "deterministic": self.deterministic}  # fmt: skip
         result = train(
             client, inp, problem,
             class_weights=self._class_bounds,

@@ -196,6 +196,7 @@ class Checkpointer:
             )
         trainer.drop_device_alpha()  # the host state was just written: device copies are stale
         trainer.w[:] = w
+        trainer.drifted = trainer.slots is not None  # threads sharing w may have lost updates
         trainer.epoch = int(header["epoch"])
         trainer.history = [EpochRecord(**h) for h in header["history"]]
         trainer.chunk_gaps[:] = header["chunk_gaps"]

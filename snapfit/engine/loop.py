@@ -67,6 +67,7 @@ def run_epochs(
                 )
             if converged or stop:
                 break
+    tr.settle()  # the model is w(alpha) exactly, whatever ended the fit
     return FitResult(
         w=tr.w.copy(),
         n_iter=tr.epoch,

@@ -14,6 +14,11 @@ GPUs first, then the CPU threads that take the residue), each on its own host th
 3. the views are combined (CoCoA+: their mean, or ``w0 + sum (v - w0) / sigma'``), the
    per-chunk gaps go to the source (host residency) and to the GPUs (device residency, DuHL).
 
+With ``Devices.share_cpu`` (CPU threads alone, at least two) the threads are ONE CoCoA+ unit
+instead: they share ``w`` itself (``snapfit.engine.shared``: hot coordinates in per-thread
+slots, the rest Hogwild-style), so ``sigma'`` does not count them, and ``w`` may drift from
+``w(alpha)`` by lost updates: ``settle()`` rebuilds it before every exact check and at the end.
+
 Every row's ``alpha`` comes from the source's state (``alpha_of(k)`` is the delivered chunk's
 rows, whatever the chunking), so the same trainer serves resident, re-dealt and device data.
 """
@@ -26,10 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.engine.problem import EpochRecord, Problem
+from snapfit.engine.shared import HotSlots
 from snapfit.engine.source import ChunkSource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
-from snapfit.engine.units import CpuUnit, Unit
+from snapfit.engine.units import CpuUnit, SharedCpuUnit, Unit
 from snapfit.engine.workers import Item, ThreadGroup, item_rows, plan_epoch
 from snapfit.solvers import cpu
 
@@ -44,21 +50,37 @@ class Devices:
 
     ``gpu_options`` go to every ``GpuUnit`` (launch geometry, device ``budget``, ...);
     ``rebalance=False`` keeps the first epoch's split (``GpuUnit.prior_rate``) instead of
-    re-measuring the units' rates every epoch.
+    re-measuring the units' rates every epoch. ``share_cpu``: the CPU threads share ``w``
+    (``snapfit.engine.shared``) when they are at least two and no GPU takes part; otherwise,
+    and always beside GPUs, each is a CoCoA+ unit (reproducible for a seed).
     """
 
     n_cpu: int = 1
     gpu_ids: tuple[int, ...] = ()
     gpu_options: dict | None = None
     rebalance: bool = True
+    share_cpu: bool = False
 
     @property
     def n_units(self) -> int:
+        """Host threads, one per unit (GPUs and CPU threads)."""
         return len(self.gpu_ids) + self.n_cpu
+
+    @property
+    def shares_cpu(self) -> bool:
+        return self.share_cpu and self.n_cpu >= 2 and not self.gpu_ids
+
+    @property
+    def cocoa_units(self) -> int:
+        """What sigma' counts: every unit, but the CPU threads once when they share ``w``."""
+        return 1 if self.shares_cpu else self.n_units
 
     def describe(self) -> dict:
         """What a checkpoint depends on: the units (the plan and sigma' follow from them)."""
-        return {"cpu_threads": self.n_cpu, "gpus": len(self.gpu_ids)}
+        out = {"cpu_threads": self.n_cpu, "gpus": len(self.gpu_ids)}
+        if self.shares_cpu:
+            out["cpu_shared"] = True
+        return out
 
 
 class Trainer:
@@ -76,11 +98,16 @@ class Trainer:
         self.k = devices.n_units
         # sigma' counts every unit that updates w this epoch: these units, or more when other
         # processes (Dask workers) update the same w in the same round.
-        self.sigma = float(problem.sigma or self.k)
-        if self.sigma < self.k:
-            raise ValueError(f"sigma'={self.sigma} is below the number of local units {self.k}")
+        units = devices.cocoa_units
+        self.sigma = float(problem.sigma or units)
+        if self.sigma < units:
+            raise ValueError(f"sigma'={self.sigma} is below the number of local units {units}")
         d = source.n_features
-        self.w = np.zeros(d + 1)
+        # Threads sharing w: w lives at the head of the buffer that holds their hot slots.
+        self.slots = HotSlots(d, devices.n_cpu) if devices.shares_cpu else None
+        self.w = self.slots.w if self.slots is not None else np.zeros(d + 1)
+        # True when w may differ from w(alpha) (lost updates of threads sharing w).
+        self.drifted = False
         self.units: list[Unit] = self._make_units(d)
         self.has_gpu = bool(devices.gpu_ids)
         self.meter = RateMeter([u.prior_rate for u in self.units])
@@ -108,6 +135,9 @@ class Trainer:
             for i in self.devices.gpu_ids:
                 units.append(GpuUnit(i, self.source, self.problem, sigma=self.sigma,
                                      **(self.devices.gpu_options or {})))  # fmt: skip
+        if self.slots is not None:
+            return [SharedCpuUnit(self.problem, self.sigma, np.empty_like(self.w), self.slots, t)
+                    for t in range(self.devices.n_cpu)]  # fmt: skip
         for t in range(self.devices.n_cpu):
             # CPU threads alone: the first thread's view is w itself (one copy fewer).
             view = self.w if not units and t == 0 else np.empty_like(self.w)
@@ -212,6 +242,29 @@ class Trainer:
         for v in views:
             total += v
         self.w[:] = total
+        self.drifted = False
+
+    def settle(self) -> None:
+        """Make ``w`` exactly ``w(alpha)`` again if threads sharing it may have lost updates
+        (one pass summing every chunk's ``w(alpha)``; nothing otherwise)."""
+        if self.drifted:
+            self._sum_pass(None)
+
+    def _choose_hot(self) -> None:
+        """Count every feature's rows in one pass (each thread its chunks) and fix the hot
+        coordinates of the threads sharing ``w``."""
+        order, plan = self._whole_plan()
+        self._group.each(lambda t: self.units[t].view.fill(0.0))
+
+        def count(t, item, chunk):
+            self.units[t].count(item, chunk)
+            return [(item, ())]
+
+        self._run(order, plan, count)
+        counts = self.units[0].counts
+        for unit in self.units[1:]:
+            counts += unit.counts
+        self.slots.choose(counts, self.state.n_rows)
 
     def warm_start(self, w0: np.ndarray) -> None:
         """Start from the dual point paired with ``w0`` (see ``cpu.alpha_from_margins``)."""
@@ -239,7 +292,9 @@ class Trainer:
         return out
 
     def exact_objective(self) -> tuple[float, float, float]:
-        """Exact ``(primal, dual, gap)`` at the current ``w`` and ``alpha`` (one data pass)."""
+        """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass, and one more to
+        rebuild ``w`` when threads sharing it may have lost updates)."""
+        self.settle()
         order, plan = self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
         self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3))
         results, _ = self._run(order, plan, self._objective_item)
@@ -271,22 +326,46 @@ class Trainer:
     def run_epoch(self) -> EpochRecord:
         if not self._chosen:
             self._residency()
+        shared = self.slots is not None
+        counting = 0.0  # the one counting pass of a fit is charged to its first epoch
+        if shared and not self.slots.chosen:
+            t0 = time.perf_counter()
+            self._choose_hot()
+            counting = time.perf_counter() - t0
         order, plan = self._plan(_EPOCH_KEY)
-        w0 = self.w.copy() if self.sigma != self.k else None
+        w0 = self.w.copy() if self.sigma != self.devices.cocoa_units else None
         self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])))
         self._busy[:] = 0.0
         self._done_rows[:] = 0
         io0 = self.source.io_wait
         t0 = time.perf_counter()
-        results, views = self._run(order, plan, self._pass_item)
-        self._merge(views, w0)
-        seconds = time.perf_counter() - t0
+        if shared:
+            results = self._shared_pass(order, plan, w0)
+        else:
+            results, views = self._run(order, plan, self._pass_item)
+            self._merge(views, w0)
+        seconds = time.perf_counter() - t0 + counting
         if self.has_gpu and self.devices.rebalance:
             for t in range(self.k):
                 self.meter.update(t, int(self._done_rows[t]), float(self._busy[t]))
         rec = self._close_epoch([(it.k, *r) for it, r in results], seconds, io0)
         self._residency()
         return rec
+
+    def _shared_pass(self, order, plan, w0: np.ndarray | None) -> list:
+        """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with
+        a larger sigma' (Dask) ``w`` moves by ``1/sigma'`` of the group's move, as one view."""
+        self.slots.tag()
+        try:
+            results, _ = self._run(order, plan, self._pass_item)
+        finally:
+            self.slots.fold()
+            self.drifted = True
+        if w0 is not None:
+            self.w -= w0
+            self.w /= self.sigma
+            self.w += w0
+        return results
 
     def _residency(self) -> None:
         """Each GPU picks the pieces it keeps on its device from the latest gaps (DuHL)."""

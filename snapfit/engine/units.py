@@ -117,6 +117,42 @@ class CpuUnit(Unit):
         host_warm(self.p, chunk, alpha, w0, self.view)
 
 
+class SharedCpuUnit(CpuUnit):
+    """A CPU thread of a node whose threads share ``w`` (``snapfit.engine.shared``): its
+    passes run ``cpu.cd_pass_shared`` on the common buffer as thread ``me``; its own ``view``
+    serves only the passes that sum over chunks (``warm``, the ``w(alpha)`` rebuild) and the
+    column counts that pick the hot coordinates."""
+
+    def __init__(self, problem, sigma: float, view: np.ndarray, slots, me: int):
+        super().__init__(problem, sigma, view)
+        self.slots = slots
+        self.me = int(me)
+        # Where each entry of a row moves (cpu.cd_pass_shared); longer rows do without.
+        self.scratch = np.empty(256, dtype=np.int64)
+
+    def begin(self, w, n_items, width=2):
+        if w is not self.slots.w:  # a summing pass (from zero), not a pass on the shared w
+            self.view[:] = w
+
+    def run(self, item, chunk, alpha, sqnorm, rows, layout):
+        result = self.slots.run(self.me, chunk, self.p, sqnorm, alpha, rows, self.sigma,
+                                self.scratch)  # fmt: skip
+        return [(item, result)]
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Column counts, kept in the view's memory (free during the counting pass: no
+        ``n_features`` array more per thread); zero the view first."""
+        return self.view[:-1].view(np.int64)
+
+    def count(self, item, chunk) -> None:
+        """Add the chunk's column counts into ``counts``."""
+        cpu.count_columns(chunk.indptr, chunk.indices, self.counts)
+
+    def warm(self, item, chunk, alpha, w0):
+        host_warm(self.p, chunk, alpha, w0, self.view)
+
+
 def host_warm(p, chunk, alpha, w0, out: np.ndarray) -> None:
     """``alpha`` from the margins at ``w0`` (if given), then ``out += w(alpha)`` of ``chunk``."""
     if w0 is not None:

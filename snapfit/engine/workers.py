@@ -9,7 +9,9 @@ lets each of K units solve its rows' subproblem on a private view ``v_t = w + si
 curvature ``sigma' ||x_i||^2`` and ``sigma' = K``; then ``w + sum_t dw_t`` equals the mean of the
 views and the dual still increases. On CPU threads alone the assignment of rows to threads is a
 function of the seed and the epoch, so results are reproducible for a given ``random_state``
-and ``n_jobs``.
+and ``n_jobs``. Threads that share ``w`` without losing hot updates (per-thread slots for the
+hot coordinates, ``snapfit.engine.shared``, ``deterministic=False``) use the same plans, as
+one unit.
 """
 
 from __future__ import annotations

@@ -251,6 +251,165 @@ def cd_pass(
     return gap, ent
 
 
+# A hot entry of a shared ``w`` holds, during a pass, a NaN whose high 32 bits are HOT_TAG and
+# whose low 32 bits are its slot (``snapfit.engine.shared``); no finite weight has these bits.
+HOT_TAG = 0xFFF80000
+_LOW32 = 0xFFFFFFFF
+
+
+@intrinsic
+def _float_bits(typingctx, x):
+    """The 64 bits of a float64 as a uint64 (a bitcast, no memory access)."""
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True)
+def cd_pass_shared(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, sqnorm, alpha, buf, d, rows, sigma, stride, n_threads, me, hot_damp,
+    scratch,
+):  # fmt: skip
+    """``cd_pass`` for threads that share one ``w``: cold entries in place, hot ones in slots.
+
+    Every CPU thread of a node runs this at once on the same ``buf``: ``w`` (``buf[:d + 1]``,
+    the intercept weight last) followed by ``n_threads`` rows of ``stride`` slots, row ``u``
+    written by thread ``u`` alone (``snapfit.engine.shared`` sets it up and explains the
+    scheme and its step rule). An entry ``w[j]`` holding a number is *cold*: read and written
+    in place, Hogwild-style; a race that loses an update is rare and repaired by the engine's
+    ``w = w(alpha)`` rebuild. An entry holding a tagged NaN (``HOT_TAG``, slot ``h`` in its low
+    bits) is *hot*: its value is ``sum_u buf[d + 1 + u * stride + h]`` and this thread adds its
+    moves to its own slot only, so no hot update is lost and every read sees the other
+    threads' moves up to their rows in flight. Slot 0 of every row is 0 and is what a cold
+    entry adds, so the read has no branch; the tag costs no memory access beyond ``w[j]``.
+
+    The curvature is ``sigma (||x_i||^2 + hot_damp * ||x_i,hot||^2)``, intercept included
+    (``hot_damp`` 0 for two threads). Returns ``(gap, entropy)`` as ``cd_pass`` does, with the
+    same prefetch pipeline; helpers are spelled out for the same reason. Where each entry's
+    move goes is kept in ``scratch`` (int64, a power of two long) between the row's read and
+    its write, for rows that fit it (longer ones find it again). Two threads without damping,
+    the common case, have their own loop with the slot sum spelled out: 0.40 s per pass over
+    1M Criteo-like rows on one thread against 0.47 s for the general loop (``cd_pass``: 0.31).
+    """
+    bias2 = bias * bias
+    gap = 0.0
+    ent = 0.0
+    n = len(rows)
+    slots = d + 1
+    second = slots + stride
+    mine = slots + me * stride
+    tag = np.uint64(HOT_TAG)
+    low = np.uint64(_LOW32)
+    mask = len(scratch) - 1
+    pair = n_threads == 2 and hot_damp == 0.0
+    hb = np.int64(_float_bits(buf[d]) & low)  # the intercept is always hot
+    for t in range(n):
+        if t + 3 < n:
+            _prefetch(indptr, rows[t + 3])
+        if t + 2 < n:
+            r = rows[t + 2]
+            lo = indptr[r]
+            hi = indptr[r + 1]
+            if hi > lo:
+                for k in range(lo, hi, 16):
+                    _prefetch(indices, k)
+                    if has_values:
+                        _prefetch(values, k)
+                _prefetch(indices, hi - 1)
+                if has_values:
+                    _prefetch(values, hi - 1)
+            _prefetch(sqnorm, r)
+            _prefetch(alpha, r)
+            _prefetch(y, r)
+            if has_weight:
+                _prefetch(weight, r)
+        if t + 1 < n:
+            r = rows[t + 1]
+            for k in range(indptr[r], indptr[r + 1]):
+                _prefetch(buf, indices[k])
+        i = rows[t]
+        yi = y[i]
+        c = c_pos if yi > 0 else c_neg
+        if has_weight:
+            c *= weight[i]
+        if c <= 0.0:
+            continue
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        wb = 0.0
+        for u in range(n_threads):
+            wb += buf[slots + u * stride + hb]
+        dot = wb * bias
+        hot_sq = bias2
+        if pair and has_values:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                v = (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+                dot += v * values[k]
+        elif pair:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                dot += (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+        else:
+            for k in range(lo, hi):
+                j = np.int64(indices[k])
+                v = buf[j]
+                bits = _float_bits(v)
+                hot = (bits >> np.uint64(32)) == tag
+                h = np.int64(bits & low) if hot else 0
+                v = 0.0 if hot else v
+                for u in range(n_threads):
+                    v += buf[slots + u * stride + h]
+                scratch[(k - lo) & mask] = mine + h if hot else j
+                x = values[k] if has_values else 1.0
+                dot += v * x
+                hot_sq += x * x if hot else 0.0
+        b = yi * dot
+        q = sigma * (sqnorm[i] + bias2 + hot_damp * hot_sq)
+        s_new, delta, g, e = row_update(q, b, alpha[i], c)
+        alpha[i] = s_new
+        gap += g
+        ent += e
+        if delta != 0.0:
+            step = sigma * delta * yi
+            buf[mine + hb] += step * bias
+            if hi - lo <= mask + 1 and has_values:
+                for k in range(lo, hi):
+                    buf[scratch[k - lo]] += step * values[k]
+            elif hi - lo <= mask + 1:
+                for k in range(lo, hi):
+                    buf[scratch[k - lo]] += step
+            else:
+                for k in range(lo, hi):
+                    j = np.int64(indices[k])
+                    bits = _float_bits(buf[j])
+                    target = mine + np.int64(bits & low) if (bits >> np.uint64(32)) == tag else j
+                    buf[target] += step * (values[k] if has_values else 1.0)
+    return gap, ent
+
+
+@njit(nogil=True, cache=True)
+def count_columns(indptr, indices, out):
+    """``out[j] += `` the number of rows of a CSR chunk holding feature ``j`` (duplicates inside
+    a row count once per entry: the hot-feature choice needs no more precision)."""
+    for k in range(indptr[0], indptr[len(indptr) - 1]):
+        out[indices[k]] += 1
+
+
 @njit(nogil=True, cache=True)
 def chunk_objective(
     indptr, indices, values, has_values, y, weight, has_weight,

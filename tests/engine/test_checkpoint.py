@@ -18,7 +18,8 @@ def data():
 
 
 def _clf(tmp_path, **kw):
-    kw = {"C": 0.1, "tol": 1e-8, "max_iter": 200, "random_state": 0, "n_jobs": 2, **kw}
+    # deterministic: a resumed fit replays the uninterrupted one bit for bit
+    kw = dict(C=0.1, tol=1e-8, max_iter=200, random_state=0, n_jobs=2, deterministic=True) | kw
     return LogisticRegression(checkpoint_dir=str(tmp_path), **kw)
 
 

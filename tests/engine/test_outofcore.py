@@ -86,6 +86,7 @@ if kill_epoch:
     StreamSource.release = release_then_die
 warnings.simplefilter("ignore")
 clf = LogisticRegression(C=0.1, tol=1e-7, max_iter=int(sys.argv[4]), random_state=7, n_jobs=2,
+                         deterministic=True,
                          memory_budget=int(sys.argv[2]), checkpoint_dir=sys.argv[3] or None)
 clf.fit(sys.argv[1], resume=bool(sys.argv[3]))
 np.save(sys.argv[5], clf.coef_)

@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 from numba import njit
 
+from snapfit.engine.shared import HotSlots
 from snapfit.solvers import cpu, dual
 
 E = cpu.EMPTY_F32
@@ -101,6 +102,60 @@ def test_cd_pass_matches_reference(problem, sigma, use_weight):
     assert np.all(alpha[c == 0] == 0.0)
 
 
+def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, scratch):
+    """``cd_pass_shared`` over ``parts`` (thread ``t`` runs ``parts[t]``, one after another),
+    between the slots' tag and fold; ``slots.w`` is the result."""
+    slots.tag()
+    for t, rows in enumerate(parts):
+        cpu.cd_pass_shared(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
+                           slots.d, rows, 1.0, slots.stride, slots.n_threads, t, 0.0,
+                           scratch)  # fmt: skip
+    slots.fold()
+
+
+@pytest.mark.parametrize("scratch", [256, 2])
+@pytest.mark.parametrize("use_weight", [False, True])
+@pytest.mark.parametrize("n_hot", [0, 5, 40])
+def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot, scratch):
+    """One thread: bit for bit ``cd_pass``, whichever features are hot (slot reads add exact
+    zeros). Two and three threads run one after the other (the two-thread loop and the
+    general one): each sees the others' slots summed, so the pass is the sequential one over
+    all parts (to rounding: sums in another order). Rows longer than ``scratch`` (most, at 2)
+    find where their moves go again."""
+    X, y, weight = problem
+    wt = weight if use_weight else None
+    c_pos, c_neg, bias = 2.0, 0.5, 1.5
+    csr = sp.csr_matrix(X)
+    sq = np.zeros(X.shape[0], dtype=np.float32)
+    cpu.row_sqnorms(csr.indptr.astype(np.int64), csr.indices, csr.data, True, sq)
+    rng = np.random.default_rng(n_hot)
+    alpha, w = np.zeros(300), np.zeros(41)
+    one, two, three = HotSlots(40, 1), HotSlots(40, 2), HotSlots(40, 3)
+    one.hot = two.hot = three.hot = np.r_[np.sort(rng.choice(40, n_hot, replace=False)), 40]
+    a1, a2, a3 = np.zeros(300), np.zeros(300), np.zeros(300)
+    buf = np.empty(scratch, dtype=np.int64)
+    for _ in range(3):
+        rows = rng.permutation(300)
+        cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], buf)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], buf)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]), buf)
+        np.testing.assert_array_equal(a1, alpha)
+        np.testing.assert_array_equal(one.w, w)
+        for a, slots in ((a2, two), (a3, three)):
+            np.testing.assert_allclose(a, alpha, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(slots.w, w, rtol=1e-12, atol=1e-14)
+    assert not np.shares_memory(one.w, w) and np.all(np.isfinite(one.w))
+
+
+def test_count_columns_counts_entries_of_the_rows_given(problem):
+    X, _, _ = problem
+    csr = sp.csr_matrix(X)
+    out = np.zeros(40, dtype=np.int64)
+    cpu.count_columns(csr.indptr[100:201].astype(np.int64), csr.indices, out)
+    np.testing.assert_array_equal(out, np.bincount(csr[100:200].indices, minlength=40))
+
+
 def test_objective_and_w_of_alpha_agree_with_numpy(problem):
     X, y, weight = problem
     c_pos, c_neg, bias = 1.0, 3.0, 1.0
@@ -175,16 +230,23 @@ def _loop_blocks(llvm_ir: str, name: str) -> list[str]:
     return ["\n".join(ls) for b, ls in blocks.items() if b in reach(b)]
 
 
-def test_cd_pass_row_loop_makes_no_refcount_calls():
+@pytest.mark.parametrize("kernel", ["cd_pass", "cd_pass_shared"])
+def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
     """The hot loop spells out its array helpers (see ``cd_pass``): an inlined helper taking
     arrays left NRT incref/decref calls in it, every row, ~20 % of a pass. Compiled afresh (a
     cached function has no IR to inspect)."""
-    fresh = njit(nogil=True)(cpu.cd_pass.py_func)
+    fresh = njit(nogil=True)(getattr(cpu, kernel).py_func)
     rows = np.arange(2)
     args = (np.array([0, 2, 3], np.int64), np.array([0, 1, 1], np.int32), np.ones(3, np.float32),
             True, np.array([1, -1], np.float32), E, False, 1.0, 1.0, 1.0, np.ones(2),
-            np.zeros(2), np.zeros(3), rows, 1.0)  # fmt: skip
+            np.zeros(2))  # fmt: skip
+    if kernel == "cd_pass":
+        args += (np.zeros(3), rows, 1.0)
+    else:
+        slots = HotSlots(2, 2)
+        slots.tag()
+        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64))
     fresh(*args)
-    loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), "cd_pass"))
+    loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
     assert "@NRT_incref" not in loop and "@NRT_decref" not in loop

@@ -41,12 +41,13 @@ def test_epoch_delivers_every_row_once(small_parquet):
 
 def test_reaches_the_in_memory_optimum(small_parquet):
     ds = Dataset(small_parquet)
-    kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2)
+    # threads sharing w, in memory and streamed from a source that re-deals its pieces
+    kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
     with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode="parquet") as src:
         problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
                           max_iter=500)  # fmt: skip
-        res = train(src, problem, devices=Devices(n_cpu=2))
+        res = train(src, problem, devices=Devices(n_cpu=2, share_cpu=True))
     assert res.converged
     w_mem = np.r_[mem.coef_.ravel(), mem.intercept_]
     assert np.abs(res.w - w_mem).max() <= 1e-3 * np.abs(w_mem).max()
@@ -90,7 +91,7 @@ def test_decoder_error_names_the_row_group(small_parquet, monkeypatch):
 
 def test_resume_replays_the_uninterrupted_run(small_parquet, tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPFIT_STREAM", "parquet")
-    kw = dict(C=0.1, tol=1e-12, random_state=0, n_jobs=2, memory_budget="3MB")
+    kw = dict(C=0.1, tol=1e-12, random_state=0, n_jobs=2, memory_budget="3MB", deterministic=True)
     full = LogisticRegression(max_iter=8, **kw)
     part = LogisticRegression(max_iter=4, checkpoint_dir=str(tmp_path), **kw)
     resumed = LogisticRegression(max_iter=8, checkpoint_dir=str(tmp_path), **kw)

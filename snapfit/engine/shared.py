@@ -1,0 +1,133 @@
+"""CPU threads sharing one ``w``: hot coordinates in per-thread slots, the rest Hogwild-style.
+
+Why. CoCoA+ threads (``snapfit.engine.units.CpuUnit``) each solve their rows on a private view
+with curvature ``sigma' ||x_i||^2``, ``sigma' = K``: every row's step is damped K-fold, so two
+threads need ~1.7-2x the epochs of one on Criteo-like rows, and buy nothing. The damping is
+there for the coordinates many rows share; on Criteo-like data those are few (13 integer
+fields, the intercept, a few very frequent categorical values) but hold ~85 % of ``||x_i||^2``,
+while the hashed categoricals almost never meet. So the threads of this scheme share one
+``w`` and treat the two kinds apart:
+
+* **cold** coordinates (present in at most ``HOT_FRACTION`` of the rows) are read and written
+  in ``w`` itself by every thread, Hogwild-style (Niu et al. 2011; PASSCoDe-Wild, Hsieh, Yu &
+  Dhillon 2015). Two threads rarely touch one at once, but when their read-add-write races an
+  update is lost and ``w`` drifts from ``w(alpha)``;
+* **hot** coordinates (the column counts of one pass over the data pick them; the intercept
+  always) live, during a pass, in per-thread *slots*: thread ``t`` adds its moves to its own
+  row of slots only, every thread reads the sum of all rows. Each slot has one writer, so no
+  hot update is lost; 8-byte aligned loads and stores are atomic on x86-64 and AArch64, so a
+  reader sees each slot either before or after a move, never torn. ``w[j]`` of a hot ``j``
+  holds a tagged NaN naming its slot (``cpu.HOT_TAG``): the kernel learns hot-or-cold from the
+  load of ``w[j]`` it makes anyway. After the pass the slots are folded back into ``w``.
+
+Step rule (bounded staleness). A row's margin misses the moves of the rows other threads have
+in flight: with ``T`` threads, a set ``S`` of at most ``T`` rows (one per thread) is computed
+from the same ``w``, i.e. a Jacobi step over ``S``. For a quadratic, a Jacobi step with
+curvatures ``q_i`` decreases the objective iff ``2 diag(q) - Q_S`` is positive semidefinite;
+with the entropy of the logistic dual (convex and separable, solved exactly by each row's Newton
+step) the same bound gives ``D(alpha + delta) >= D(alpha)``: each row gains at least
+``q_i delta_i^2`` in its own model, the interaction costs at most
+``1/2 ||sum_{i in S} delta_i x_i||^2 <= 1/2 sum_i delta_i^2 sum_j |S_j| x_ij^2`` (Cauchy-Schwarz
+per coordinate, ``S_j`` the rows of ``S`` holding ``j``). So ``q_i = sum_j max(1, |S_j|/2)
+x_ij^2`` is safe: with ``|S_j| <= T`` on hot coordinates and ``<= 2`` on cold ones (three
+threads at once on one cold coordinate is what the hot set rules out), this is ``||x_i||^2 +
+(T/2 - 1)^+ ||x_i,hot||^2``: **no damping at all for two threads**, ``hot_damp = T/2 - 1``
+for more. It is the GPU review's rows-in-flight reasoning at ``tau = T``. The bound covers a
+row overlapping one row per other thread; a fully asynchronous schedule (a long row overlapping
+two of another thread's) and lost cold updates are outside it, which is why the certificate
+never trusts it: see below.
+
+Exactness. Lost cold updates make ``w != w(alpha)``, which would stall the fit at a perturbed
+point and falsify the dual. The trainer therefore rebuilds ``w = w(alpha)`` exactly
+(``cpu.accumulate_w`` over every chunk, threads in parallel, ``Trainer.settle``) before every
+exact gap check and at the end of a fit, so a reported gap and the returned model are exact.
+It costs one in-order pass over every chunk per exact check (0.10 s of CPU on 1M
+Criteo-like rows, against 0.35 s for one thread's epoch); a fit makes one or two.
+
+Results depend on the threads' timing, so they are not reproducible bit for bit. And the
+sharing has a price the epochs do not show: nearly every row reads and writes the slots of the
+dense coordinates, whose cache lines then move between the cores; on two idle cores a shared
+epoch took the CPU of two single-thread epochs (``docs/threads.md``). The estimators therefore
+default to CoCoA+ threads (``deterministic=True``); this scheme is ``deterministic=False``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snapfit.solvers import cpu
+
+#: A feature in more than this fraction of the rows is hot (the intercept always is).
+HOT_FRACTION = 0.01
+#: At most this many hot coordinates (the most frequent): slots stay in L1/L2.
+MAX_HOT = 4096
+
+
+def hot_damp(n_threads: int) -> float:
+    """Extra curvature on hot coordinates for ``n_threads`` rows in flight (module docstring)."""
+    return max(0.0, n_threads / 2.0 - 1.0)
+
+
+def choose_hot(counts: np.ndarray, n_rows: int) -> np.ndarray:
+    """Hot feature ids (sorted) from per-feature row counts: those in more than
+    ``HOT_FRACTION`` of ``n_rows`` rows, the ``MAX_HOT`` most frequent at most. The intercept
+    (id ``len(counts)``) is added by ``HotSlots``."""
+    hot = np.flatnonzero(counts > HOT_FRACTION * n_rows)
+    if len(hot) > MAX_HOT:
+        hot = np.sort(hot[np.argsort(-counts[hot], kind="stable")[:MAX_HOT]])
+    return hot.astype(np.int64)
+
+
+class HotSlots:
+    """``w`` and the threads' hot slots in one buffer (the kernel reaches both by index).
+
+    ``buf = [w (n_features + 1) | n_threads rows of stride slots]``; ``w`` is a view of its
+    head and is the trainer's ``w`` for the whole fit. Rows have room for ``MAX_HOT`` slots
+    whatever the hot set (a few tens of KB) and are whole 64-byte lines, so a thread's writes
+    never share a line with another thread's slots. Between passes ``w`` holds plain numbers and
+    the slots are zero; ``tag()`` opens a pass (each hot value moves to thread 0's slot and its
+    ``w`` entry becomes a tagged NaN), ``fold()`` closes it (each hot value is the sum of its
+    slots, summed in thread order). Slot 0 stays 0 (what cold entries add).
+    """
+
+    def __init__(self, n_features: int, n_threads: int):
+        self.d = int(n_features)
+        self.n_threads = int(n_threads)
+        self.stride = (MAX_HOT + 2 + 7) // 8 * 8
+        self.buf = np.zeros(self.d + 1 + self.n_threads * self.stride)
+        self.w = self.buf[: self.d + 1]
+        self.hot = np.array([self.d], dtype=np.int64)  # the intercept, until choose()
+        self.chosen = False
+
+    def choose(self, counts: np.ndarray, n_rows: int) -> None:
+        """Fix the hot set from the column counts of every row (once, before the first pass)."""
+        self.hot = np.r_[choose_hot(counts[: self.d], n_rows), self.d]
+        self.chosen = True
+
+    def _rows(self) -> np.ndarray:
+        return self.buf[self.d + 1 :].reshape(self.n_threads, self.stride)
+
+    def tag(self) -> None:
+        n = len(self.hot)
+        rows = self._rows()
+        rows[:] = 0.0
+        rows[0, 1 : n + 1] = self.w[self.hot]
+        tags = (np.uint64(cpu.HOT_TAG) << np.uint64(32)) | np.arange(1, n + 1, dtype=np.uint64)
+        self.w.view(np.uint64)[self.hot] = tags
+
+    def fold(self) -> None:
+        n = len(self.hot)
+        rows = self._rows()
+        total = rows[0, 1 : n + 1].copy()
+        for u in range(1, self.n_threads):
+            total += rows[u, 1 : n + 1]
+        self.w[self.hot] = total
+        rows[:] = 0.0
+
+    def run(self, me: int, chunk, p, sqnorm, alpha, rows, sigma: float, scratch: np.ndarray):
+        """Thread ``me``'s pass over ``rows`` of ``chunk`` (between ``tag`` and ``fold``);
+        ``scratch``: that thread's, see ``cpu.cd_pass_shared``. Returns ``(gap, entropy)``."""
+        return cpu.cd_pass_shared(
+            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.buf, self.d,
+            rows, sigma, self.stride, self.n_threads, me, hot_damp(self.n_threads), scratch,
+        )  # fmt: skip
