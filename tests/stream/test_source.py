@@ -71,6 +71,7 @@ def test_too_small_budget_is_a_resource_error(small_parquet):
         LogisticRegression(memory_budget="100KB").fit(small_parquet)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # 3 epochs only
 def test_a_parquet_fit_does_not_copy_its_dual_variables(small_parquet, monkeypatch):
     """The copy of every row's alpha served only warm starts on the same arrays; on a 200M-row
     Parquet fit it doubled the dual state's memory at the very end (peak RSS 3.85 GB for a
