@@ -72,6 +72,8 @@ class GpuUnit(Unit):
             raise ValueError(f"n_slots must be at least 2 (double buffering); got {n_slots}.")
         if not (0 < block <= kernels.MAX_BLOCK and block & (block - 1) == 0):
             raise ValueError(f"block must be a power of two <= {kernels.MAX_BLOCK}; got {block}.")
+        if team is not None and not (0 < team <= block and team & (team - 1) == 0):
+            raise ValueError(f"team must be a power of two <= block ({block}); got {team}.")
         self.device_id = int(device_id)
         self.p = problem
         self.sigma = float(sigma)

@@ -9,7 +9,7 @@ from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.gpu import SIMULATOR_LAUNCH
 from snapfit.train import train
 
-# Launch geometry the simulator can afford: 16 threads, 2 per row, 8 rows in flight.
+# Launch geometry the simulator can afford: 8 threads, 2 per row, 4 rows in flight.
 SIM_GPU = SIMULATOR_LAUNCH
 
 

@@ -14,7 +14,13 @@ from snapfit.gpu import resolve_device
 from snapfit.gpu.data import check_budget, chunk_device_bytes
 from snapfit.solvers import cpu
 from snapfit.train import make_trainer
-from tests.gpu.sim.conftest import cpu_reference, gpu_devices, make_problem_data, split_chunks
+from tests.gpu.sim.conftest import (
+    SIM_GPU,
+    cpu_reference,
+    gpu_devices,
+    make_problem_data,
+    split_chunks,
+)
 
 
 def w_of_alpha(tr) -> np.ndarray:
@@ -98,9 +104,9 @@ def test_two_gpu_units(small):
     CUDA streams, view of ``w`` and residents; the chunks are shared out afresh every epoch."""
     X, y, w, problem, ref = small
     source = InMemorySource(split_chunks(X, y, w, 16), 12)
-    # One row in flight: 8 concurrent rows on these 16-row chunks of shared features overshoot
-    # (the staleness docs/gpu-performance-model.md treats); this test is about two units.
-    devices = gpu_devices(n_gpus=2, prior=1.0, team=16)
+    # One row in flight (a team of the whole block): this test is about two units, and the
+    # safe step for rows in flight (tested elsewhere) needs more epochs on shared features.
+    devices = gpu_devices(n_gpus=2, prior=1.0, team=SIM_GPU["block"])
     devices = Devices(0, devices.gpu_ids, devices.gpu_options, rebalance=False)
     tr = make_trainer(source, problem, devices)
     try:
@@ -134,8 +140,9 @@ def test_valued_weighted_onehot_and_no_intercept():
     problem = Problem(n_features=9, c_pos=2.0, c_neg=0.5, bias=0.0, tol=1e-10, max_iter=300)
     chunks = split_chunks(X, y, w, 20, ones=True)
     ref = cpu_reference(chunks, problem)
-    # one row in flight: C = 2 on these shared features overshoots with 8 (see the docs)
-    result, _ = _fit(InMemorySource(chunks, 9), problem, gpu_devices(team=16))
+    # one row in flight (a team of the whole block): C = 2 on these shared features needs many
+    # epochs with the step that is safe for several (docs/gpu-performance-model.md)
+    result, _ = _fit(InMemorySource(chunks, 9), problem, gpu_devices(team=SIM_GPU["block"]))
     _assert_same_optimum(result, ref)
 
 
@@ -177,6 +184,8 @@ def test_unit_arguments_eviction_and_empty_rows(small):
         GpuUnit(0, source, problem, n_slots=1)
     with pytest.raises(ValueError, match="power of two"):
         GpuUnit(0, source, problem, block=12)
+    with pytest.raises(ValueError, match=r"team must be a power of two <= block \(8\); got 16"):
+        GpuUnit(0, source, problem, block=8, team=16)
     empty = Chunk(np.zeros(3, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
                   np.ones(2, np.float32), None)  # fmt: skip
     source = InMemorySource([*split_chunks(X, y, w, 16), empty], 12)
