@@ -41,17 +41,11 @@ def _record(rec) -> dict:
 
 
 def _test_logloss(data, coef, intercept: float) -> float:
-    import numpy as np
-
     from snapfit.scoring import chunk_scores
+    from snapfit.validation import mean_logloss
 
-    loss = total = 0.0
-    for chunk in data.iter_chunks():
-        s = chunk_scores(coef, intercept, chunk)
-        wt = np.ones(len(s)) if chunk.weight is None else chunk.weight.astype(np.float64)
-        loss += float(wt @ np.logaddexp(0.0, -chunk.y * s))
-        total += float(wt.sum())
-    return loss / total
+    return mean_logloss((chunk_scores(coef, intercept, c), c.y, c.weight)
+                        for c in data.iter_chunks())  # fmt: skip
 
 
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):

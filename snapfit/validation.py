@@ -19,6 +19,16 @@ from snapfit.errors import DataError
 METRICS = ("logloss", "auc")
 
 
+def mean_logloss(batches) -> float:
+    """Weighted mean log loss over ``(scores, y in {-1, +1}, weight or None)`` batches."""
+    loss = total = 0.0
+    for s, y, weight in batches:
+        wt = np.ones(len(s)) if weight is None else np.asarray(weight, np.float64)
+        loss += float(wt @ np.logaddexp(0.0, -y * s))
+        total += float(wt.sum())
+    return loss / total
+
+
 class EarlyStopping:
     """Callback ``(record, w) -> stop?`` scoring ``data`` with ``metric`` after every epoch.
 
@@ -54,12 +64,7 @@ class EarlyStopping:
         coef = np.ascontiguousarray(w[: self.d], dtype=np.float64)
         intercept = float(w[self.d]) * self.bias
         if self.metric == "logloss":
-            loss = total = 0.0
-            for s, y, weight in self._batches(coef, intercept):
-                wt = np.ones(len(s)) if weight is None else np.asarray(weight, np.float64)
-                loss += float(wt @ np.logaddexp(0.0, -y * s))
-                total += float(wt.sum())
-            return loss / total
+            return mean_logloss(self._batches(coef, intercept))
         from sklearn.metrics import roc_auc_score
 
         parts = list(self._batches(coef, intercept))

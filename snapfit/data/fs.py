@@ -108,13 +108,6 @@ def parquet_file(path, **kw):
     return pq.ParquetFile(open_input(path) if is_url(path) else path, **kw)
 
 
-def exists(path) -> bool:
-    if not is_url(path):
-        return os.path.exists(path)
-    fs, p = resolve(path)
-    return fs.get_file_info(p).type != pafs.FileType.NotFound
-
-
 def size(path) -> int:
     if not is_url(path):
         return os.path.getsize(path)

@@ -33,8 +33,9 @@ from numba import njit
 _HEADER = 8
 
 
-def _up4(n: int) -> int:
-    return (int(n) + 3) & ~3
+def _up4(n):
+    """``n`` (an int or an int64 array) rounded up to a multiple of 4."""
+    return (n + 3) & ~3
 
 
 def index_width(n_features: int) -> int:
@@ -50,11 +51,10 @@ def nbytes(n, nnz, n_valued, *, index_bytes: int, has_values: bool, has_weight: 
            length_bytes: int = 1):  # fmt: skip
     """Bytes of a record (arrays in, arrays out); ``length_bytes`` 1 for most click logs."""
     n, nnz, n_valued = (np.asarray(x, np.int64) for x in (n, nnz, n_valued))
-    up4 = lambda x: (x + 3) & ~3  # noqa: E731
-    size = _HEADER + up4(length_bytes * n) + up4(index_bytes * nnz)
+    size = _HEADER + _up4(length_bytes * n) + _up4(index_bytes * nnz)
     if has_values:
-        size = size + up4((nnz + 7) // 8) + 4 * n_valued
-    size = size + up4(n) + (4 * n if has_weight else 0) + 4 * n
+        size = size + _up4((nnz + 7) // 8) + 4 * n_valued
+    size = size + _up4(n) + (4 * n if has_weight else 0) + 4 * n
     return size
 
 
