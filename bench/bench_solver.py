@@ -27,7 +27,7 @@ import numpy as np
 from bench.sets import make_set, meta_of
 from bench.systems import run_job
 
-CURVE = ("snapfit-1", "snapfit-2", "snapfit-ooc")
+CURVE = ("snapfit-1", "snapfit-2", "snapfit-2s", "snapfit-ooc")
 SWEEP = ("snapml-1", "snapml-2", "liblinear")
 
 
@@ -151,11 +151,14 @@ def ratios(res: dict, nnz: int) -> dict:
         r = res.get(name, {})
         return r.get("tt_target_s") or (r.get("fit_s") if r.get("k_star") else None)
 
-    snap = [t for t in (tt("snapfit-1"), tt("snapfit-2")) if t]
+    snap = [t for t in (tt("snapfit-1"), tt("snapfit-2"), tt("snapfit-2s")) if t]
     ml = [t for t in (tt("snapml-1"), tt("snapml-2")) if t]
     out = {}
     if snap and ml:
         out["snapfit_best_over_snapml_best"] = min(snap) / min(ml)
+    two = [t for t in (tt("snapfit-2"), tt("snapfit-2s")) if t]
+    if two and tt("snapfit-1"):
+        out["snapfit1_over_snapfit2_best"] = tt("snapfit-1") / min(two)  # the 2-thread speed-up
     if snap and tt("liblinear"):
         out["snapfit_best_over_liblinear"] = min(snap) / tt("liblinear")
     s1, m1 = res.get("snapfit-1", {}), res.get("snapml-1", {})

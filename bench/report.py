@@ -8,7 +8,8 @@ import sys
 
 LABELS = {
     "snapfit-1": "snapfit in-memory, 1 thread",
-    "snapfit-2": "snapfit in-memory, 2 threads",
+    "snapfit-2": "snapfit in-memory, 2 threads (CoCoA+, deterministic)",
+    "snapfit-2s": "snapfit in-memory, 2 threads sharing w",
     "snapfit-ooc": "snapfit out-of-core, 2 threads",
     "snapml-1": "snap ML, 1 thread",
     "snapml-2": "snap ML, 2 threads",

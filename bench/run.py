@@ -62,6 +62,7 @@ AGREE_RTOL = 1e-5
 TIGHT = {
     "snapfit-1": {"tol": 1e-10, "max_iter": 5000},
     "snapfit-2": {"tol": 1e-10, "max_iter": 5000},
+    "snapfit-2s": {"tol": 1e-10, "max_iter": 5000},
     "snapfit-ooc": {"tol": 1e-10, "max_iter": 5000},
     "snapml-1": {"tol": 1e-10, "max_iter": 10000},
     "snapml-2": {"tol": 1e-10, "max_iter": 10000},
@@ -75,6 +76,7 @@ TIGHT = {
 USUAL = {
     "snapfit-1": {"tol": 1e-4, "max_iter": 300},
     "snapfit-2": {"tol": 1e-4, "max_iter": 300},
+    "snapfit-2s": {"tol": 1e-4, "max_iter": 300},
     "snapfit-ooc": {"tol": 1e-4, "max_iter": 300},
     "snapml-1": {"tol": 1e-4, "max_iter": 300},
     "snapml-2": {"tol": 1e-4, "max_iter": 300},
@@ -86,7 +88,7 @@ USUAL = {
 
 
 def n_jobs_of(system: str) -> int:
-    return 2 if system in ("snapfit-2", "snapfit-ooc", "snapml-2") else 1
+    return 2 if system in ("snapfit-2", "snapfit-2s", "snapfit-ooc", "snapml-2") else 1
 
 
 def run_systems(set_dir: str, settings: dict, *, C: float, repeats: int, log,

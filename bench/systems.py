@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 SYSTEMS = (
-    "snapfit-1", "snapfit-2", "snapfit-ooc", "snapml-1", "snapml-2",
+    "snapfit-1", "snapfit-2", "snapfit-2s", "snapfit-ooc", "snapml-1", "snapml-2",
     "liblinear", "saga", "lbfgs", "vw",
 )  # fmt: skip
 
@@ -135,7 +135,9 @@ def run_snapfit(spec, X, y) -> dict:
         hook[0] += time.perf_counter() - h0
         return rec.epoch >= spec.get("stop_epoch", 10**9)
 
-    res = train(source, problem, devices=Devices(n_cpu=spec["n_jobs"]), callbacks=[cb])
+    # snapfit-2s: the threads share w (deterministic=False, snapfit.engine.shared).
+    devices = Devices(n_cpu=spec["n_jobs"], share_cpu=spec["system"] == "snapfit-2s")
+    res = train(source, problem, devices=devices, callbacks=[cb])
     fit_s = time.perf_counter() - t0 - hook[0]
     hist = [r.as_dict() for r in res.history]
     out = _common(fit_s, res.n_iter, res.w[:-1], float(res.w[-1]))

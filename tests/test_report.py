@@ -141,11 +141,15 @@ def test_bench_report_checks_agreement_and_shows_time(tmp_path):
 
     write_report(_bench_results(), str(tmp_path))
     md = (tmp_path / "RESULTS.md").read_text()
-    assert "**8 of 9 systems pass**" in md and "| 1.0e-04 | **FAIL** |" in md
-    assert md.count("| PASS |") == 8
+    from bench.report import LABELS
+
+    n = len(LABELS)  # every system once; vw misses the objective, saga's table job failed
+    assert f"**{n - 1} of {n} systems pass**" in md and "| 1.0e-04 | **FAIL** |" in md
+    assert md.count("| PASS |") == n - 1
     assert "**not reached within a 6 s search budget**" in md
     assert "raised to that" in md and "300% of the decoded data" in md
-    assert "## Where the time went" in md and "| systems table, s-1000 | 100 | 20 |" in md
+    assert "## Where the time went" in md
+    assert f"| systems table, s-1000 | 100 | {2.5 * (n - 1):.0f} |" in md
     assert "error: boom" in md
     assert "### s-1000" in md and "### c40-1000" in md  # one time-to-target block per shape
     for png in ("time_to_target_s-1000.png", "time_to_target_criteo-40.png", "pass_rates.png"):
