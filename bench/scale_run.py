@@ -10,7 +10,12 @@ Two processes, one after the other, so each peak RSS is its own:
 2. the scale fit: ``LogisticRegression(memory_budget=...)`` on the Parquet file, streamed,
    until the relative gap is ``--tol``; per epoch the seconds, the relative gap and the time
    waited for data; the first pass's seconds, the cache's bytes per row and format, and the
-   process's peak RSS (``VmHWM``).
+   process's peak RSS (``VmHWM``), and its RSS sampled every second, so the peak of each phase
+   (set-up and first pass, the epochs, the end of the fit) is seen apart.
+
+``--shared`` runs both parts with threads sharing ``w`` (``deterministic=False``) instead of
+CoCoA+ threads: at this scale the epochs wait for data anyway, so the fewer epochs of the shared
+scheme are what counts.
 
 Printed as JSON and a few lines: s/epoch after the first pass against the total nnz divided by
 the in-memory rate (the acceptance asks for at most 1.5x), and peak RSS against the budget.
@@ -22,6 +27,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -33,7 +39,38 @@ def peak_rss_bytes() -> int:
     return 0
 
 
-def reference(rows: int, n_jobs: int, C: float) -> dict:
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class RssSampler:
+    """RSS every ``every`` seconds in a daemon thread: ``samples`` of ``(seconds, bytes)``."""
+
+    def __init__(self, every: float = 1.0):
+        self.t0 = time.perf_counter()
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter() - self.t0, rss_bytes()))
+            self._stop.wait(every)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak(self, lo: float, hi: float) -> int:
+        return max((b for t, b in self.samples if lo <= t < hi), default=0)
+
+
+def reference(rows: int, n_jobs: int, C: float, shared: bool = False) -> dict:
     """In-memory nnz/s on ``rows`` rows of the generator (median epoch after the first)."""
     import statistics
 
@@ -42,14 +79,16 @@ def reference(rows: int, n_jobs: int, C: float) -> dict:
 
     X, y = make_criteo_like(rows, seed=0, hash_bits=20)
     est = LogisticRegression(C=C, n_jobs=n_jobs, max_iter=6, tol=1e-12, random_state=0,
-                             fit_intercept=False)  # fmt: skip
+                             fit_intercept=False, deterministic=not shared)  # fmt: skip
     est.fit(X, y)
     secs = statistics.median(h["seconds"] for h in est.history_[1:])
     return {"rows": rows, "nnz": int(X.nnz), "epoch_s": secs, "nnz_per_s": X.nnz / secs,
             "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
 
 
-def scale(path: str, budget: str, n_jobs: int, C: float, tol: float, max_iter: int) -> dict:
+def scale(
+    path: str, budget: str, n_jobs: int, C: float, tol: float, max_iter: int, shared: bool = False
+) -> dict:
     from snapfit import LogisticRegression
     from snapfit.data import Dataset
     from snapfit.stream import StreamSource
@@ -63,11 +102,26 @@ def scale(path: str, budget: str, n_jobs: int, C: float, tol: float, max_iter: i
 
     StreamSource.__init__ = init
     ds = Dataset(path)
+    sampler = RssSampler()
     t0 = time.perf_counter()
+    ends: list[float] = []  # seconds since t0 at the end of each epoch
+
+    def cb(rec, coef, intercept):
+        ends.append(time.perf_counter() - t0)
+
     est = LogisticRegression(C=C, n_jobs=n_jobs, memory_budget=budget, tol=tol,
-                             max_iter=max_iter, random_state=0, fit_intercept=False)  # fmt: skip
-    est.fit(path)
+                             max_iter=max_iter, random_state=0, fit_intercept=False,
+                             deterministic=not shared)  # fmt: skip
+    est.fit(path, callbacks=[cb])
     total = time.perf_counter() - t0
+    sampler.stop()
+    start = (ends[0] - est.history_[0]["seconds"]) if ends else total  # the first epoch's start
+    last = ends[-1] if ends else total
+    # Phases on the sampler's clock (it started just before t0).
+    off = t0 - sampler.t0
+    peaks = {"setup_and_first_pass": sampler.peak(0.0, off + start),
+             "epochs": sampler.peak(off + start, off + last),
+             "end": sampler.peak(off + last, float("inf"))}  # fmt: skip
     src = kept.get("source")
     cache = getattr(src, "cache", None)
     return {
@@ -78,7 +132,7 @@ def scale(path: str, budget: str, n_jobs: int, C: float, tol: float, max_iter: i
         "cache_bytes_per_row": getattr(cache, "bytes_per_row", None),
         "epochs": [{"epoch": h["epoch"], "seconds": h["seconds"], "rel_gap": h["rel_gap"],
                     "io_wait": h.get("io_wait")} for h in est.history_],  # fmt: skip
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(), "peak_rss_by_phase": peaks, "shared": shared,
     }  # fmt: skip
 
 
@@ -91,19 +145,21 @@ def main(argv=None) -> None:
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--max-iter", type=int, default=30)
     ap.add_argument("--ref-rows", type=int, default=4_000_000)
+    ap.add_argument("--shared", action="store_true", help="threads share w (deterministic=False)")
     ap.add_argument("--part", choices=["reference", "scale"], default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.part == "reference":
-        print(json.dumps(reference(a.ref_rows, a.n_jobs, a.C)))
+        print(json.dumps(reference(a.ref_rows, a.n_jobs, a.C, a.shared)))
         return
     if a.part == "scale":
-        print(json.dumps(scale(a.path, a.budget, a.n_jobs, a.C, a.tol, a.max_iter)))
+        print(json.dumps(scale(a.path, a.budget, a.n_jobs, a.C, a.tol, a.max_iter, a.shared)))
         return
     out = {}
     for part in ("reference", "scale"):
         cmd = [sys.executable, __file__, a.path, "--budget", a.budget, "--n-jobs",
                str(a.n_jobs), "--C", str(a.C), "--tol", str(a.tol), "--max-iter",
                str(a.max_iter), "--ref-rows", str(a.ref_rows), "--part", part]  # fmt: skip
+        cmd += ["--shared"] if a.shared else []
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[part] = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"{part}: {json.dumps(out[part])}", flush=True)
@@ -120,7 +176,10 @@ def main(argv=None) -> None:
         f"s/epoch after the first pass: median {statistics.median(later):.1f} against "
         f"{bound:.1f} at the in-memory rate: {statistics.median(later) / bound:.2f}x"
     )
-    print(f"peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB for a budget of {run['budget']}")
+    print(
+        f"peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB for a budget of {run['budget']}; by "
+        "phase: " + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in run["peak_rss_by_phase"].items())
+    )
     print("relative gap per epoch: " + ", ".join(f"{e['rel_gap']:.2e}" for e in run["epochs"]))
     print(json.dumps(out))
 
