@@ -66,8 +66,9 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
 
-    def peak(self, lo: float, hi: float) -> int:
-        return max((b for t, b in self.samples if lo <= t < hi), default=0)
+    def peak(self, lo: float, hi: float) -> int | None:
+        """Largest sample in ``[lo, hi)`` seconds, None when no sample fell there."""
+        return max((b for t, b in self.samples if lo <= t < hi), default=None)
 
 
 def reference(rows: int, n_jobs: int, C: float, shared: bool = False) -> dict:
