@@ -34,3 +34,37 @@ def test_cpu_and_bad_names():
     assert resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="'auto', 'cpu' or 'gpu'"):
         resolve_device("tpu")
+
+
+def test_no_driver_library_means_no_numba_cuda_import():
+    """device="auto" on a host without a CUDA driver learns it without importing numba.cuda."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from snapfit.gpu import resolve_device; "
+        "assert resolve_device('auto') == 'cpu'; print('numba.cuda' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CUDA_DRIVER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if "True" in out.stdout:  # pragma: no cover - only where a driver library loads
+        pytest.skip("a CUDA driver library is installed here")
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_driver_override_that_does_not_load_is_named(monkeypatch):
+    from snapfit.gpu import device
+
+    monkeypatch.setenv("NUMBA_CUDA_DRIVER", "/nonexistent/libcuda.so")
+    ok, reason = device._probe()
+    assert not ok and "/nonexistent/libcuda.so does not load" in reason
+
+
+def test_a_driver_library_without_a_device(monkeypatch):
+    """Past the library check, numba.cuda itself decides (here: no driver, so no device)."""
+    from snapfit.gpu import device
+
+    monkeypatch.setattr(device, "_driver_loadable", lambda: True)
+    if device.available():  # pragma: no cover - only on machines with a GPU
+        pytest.skip("a GPU is present")
+    assert device._probe() == (False, "no CUDA driver or device was found")
