@@ -142,3 +142,18 @@ def describe(device_id: int, backend: str, chunk: dict = TYPICAL_CHUNK) -> dict:
         # resident threads per SM over the SM's capacity (one block per SM)
         "occupancy": launch.block / props.max_threads_per_sm,
     }
+
+
+def describe_devices() -> dict:
+    """``{"gpus": [describe(i) for each GPU], "reason": ...}``; no GPUs, and why, when none is
+    usable (no driver, no device, numba-cuda missing)."""
+    from snapfit.gpu.backend import backend_name, choose_backend
+    from snapfit.gpu.device import _probe
+
+    ok, reason = _probe()
+    if not ok:
+        return {"gpus": [], "reason": reason}
+    from numba import cuda
+
+    backend = backend_name(choose_backend())
+    return {"gpus": [describe(i, backend) for i in range(len(cuda.gpus))], "reason": reason}

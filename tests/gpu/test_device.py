@@ -34,3 +34,23 @@ def test_cpu_and_bad_names():
     assert resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="'auto', 'cpu' or 'gpu'"):
         resolve_device("tpu")
+
+
+def test_info_device_without_a_gpu_says_why_and_exits_0():
+    import json
+
+    from click.testing import CliRunner
+
+    from snapfit.cli import cli
+    from snapfit.gpu.launch import describe_devices
+
+    if available():  # pragma: no cover - only on machines with a GPU
+        pytest.skip("a GPU is present")
+    assert describe_devices() == {"gpus": [], "reason": "no CUDA driver or device was found"}
+    run = CliRunner().invoke(cli, ["info", "--device"])
+    assert run.exit_code == 0 and run.output == "No GPU: no CUDA driver or device was found.\n"
+    run = CliRunner().invoke(cli, ["info", "--device", "--json"])
+    assert run.exit_code == 0 and json.loads(run.output)["gpus"] == []
+    for args in (["info"], ["info", "data.parquet", "--device"]):
+        run = CliRunner().invoke(cli, args)
+        assert run.exit_code == 2 and "Give a dataset PATH, or --device" in run.output
