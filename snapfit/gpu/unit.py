@@ -131,7 +131,6 @@ class GpuUnit(Unit):
         self._backend = backend
         self.prior_rate = float(prior)
         self.stats = HostStats()
-        self._largest = (0, 0)
         self._flat = None  # the per-item results of a pass, (items x width) at its head
         self._spare: list = []  # device data of evicted residents, for the next ones
         # piece id -> its data on the device: whole fixed chunks, or pieces of re-dealt ones
@@ -197,22 +196,40 @@ class GpuUnit(Unit):
         """Keep the pieces with the largest gap per byte that fit beside ``w`` and the slots.
 
         When every piece fits, no slot is needed and all stay. Pieces leaving the device take
-        their ``alpha`` home first (``alpha_of``).
+        their ``alpha`` home first (``alpha_of``); their device data is kept for a piece coming
+        in that it holds (``_spare``) when the budget still holds, and freed otherwise.
         """
         nbytes = self._nbytes(np.asarray(sizes[0]), np.asarray(sizes[1]))
-        self._largest = tuple(int(v) for v in largest)
         for s in self.slots:
-            s.size_for(*self._largest)
+            s.size_for(*largest)
+        room = self.budget - self.fixed_bytes()
         if self.fixed_bytes() + int(np.sum(nbytes)) <= self.budget:
             self.keep = set(range(len(nbytes)))
         else:
             slot = chunk_device_bytes(*largest, *self.flags)
             check_budget(self.budget, self.fixed_bytes(), slot, self.n_slots)
-            room = self.budget - self.fixed_bytes() - self.n_slots * slot
+            room -= self.n_slots * slot
             self.keep = choose_residents(gaps, nbytes, room)
+        self._spare.clear()  # what the last epoch's newcomers did not take
+        incoming = [p for p in sorted(self.keep) if p not in self.resident]
+        staying = [p for p in self.resident if p in self.keep and p not in self.born]
+        used = sum(self._held(self.resident[p]) for p in staying) + sum(nbytes[incoming])
         for p in [p for p in self.resident if p not in self.keep and p not in self.born]:
             self.sync_alpha(alpha_of, {p})
-            self._spare.append(self.resident.pop(p))
+            old = self.resident.pop(p)
+            for q in incoming:  # the first newcomer it holds, if the budget allows the excess
+                extra = self._held(old) - nbytes[q]
+                fits = old.y.shape[0] >= sizes[0][q] and old.indices.shape[0] >= sizes[1][q]
+                if fits and used + extra <= room:
+                    incoming.remove(q)
+                    used += extra
+                    self._spare.append(old)
+                    break
+
+    def _held(self, data) -> int:
+        """Device bytes ``data`` (a resident chunk or piece) holds: its capacity, counted as
+        DuHL counts pieces."""
+        return int(self._nbytes(data.y.shape[0], data.indices.shape[0]))
 
     def resident_chunks(self) -> set[int]:
         return set() if self.redeals else set(self.resident)
@@ -360,7 +377,7 @@ class GpuUnit(Unit):
         self.backend.h2d(dst[at : at + n], buf, self.copy_stream)
 
     def _reuse(self, kind, n_rows: int, nnz: int, dtypes: dict):
-        """Device data for a new resident: an evicted one's if it fits (DuHL's choice changes
+        """Device data for a new resident: an evicted one's kept for it (DuHL's choice changes
         between epochs; no allocation then), else newly allocated."""
         for i, old in enumerate(self._spare):
             if isinstance(old, kind) and old.fits(n_rows, nnz, dtypes):
