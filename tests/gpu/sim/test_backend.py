@@ -113,3 +113,18 @@ def test_choosing_a_backend(monkeypatch):
         choose_backend()
     with pytest.raises(ValueError, match="'auto', 'cupy' or 'numba'; got 'rocm'"):
         choose_backend("rocm")
+
+
+def test_kept_device_data_fits_by_capacity_and_dtypes():
+    from snapfit.gpu.data import DeviceChunk, DevicePiece
+
+    dt = {"indptr": np.int64, "indices": np.int32, "values": np.float32, "y": np.float32,
+          "weight": None, "sqnorm": np.float32, "alpha": np.float64, "rows": np.int32}  # fmt: skip
+    b = NumbaBackend()
+    for kind in (DevicePiece, DeviceChunk):
+        data = kind.allocate(4, 10, dt, b.empty)
+        assert data.fits(4, 10, dt) and data.fits(3, 9, dt)
+        assert not data.fits(5, 10, dt) and not data.fits(4, 11, dt)
+        assert not data.fits(4, 10, dt | {"weight": np.float32})  # a weight array it lacks
+        assert not data.fits(4, 10, dt | {"values": np.float64})
+    assert not DeviceChunk.allocate(4, 10, dt, b.empty).fits(4, 10, dt | {"indptr": np.int32})
