@@ -274,10 +274,21 @@ def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force, j
 
 
 @click.command()
-@click.argument("path", metavar="PATH")
+@click.argument("path", metavar="PATH", required=False)
+@click.option(
+    "--device",
+    "devices",
+    is_flag=True,
+    help="Describe this machine's GPUs instead: properties, default launch, backend.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def info(path, as_json):
-    """Summarize a snapfit Parquet dataset (file, directory or glob) from its metadata."""
+def info(path, devices, as_json):
+    """Summarize a snapfit Parquet dataset (file, directory or glob) from its metadata, or
+    with --device the GPUs snapfit would train on."""
+    if devices or path is None:
+        if path is not None or not devices:
+            raise click.UsageError("Give a dataset PATH, or --device (not both).")
+        return _device_info(as_json)
     from snapfit.data.info import dataset_info
 
     summary = dataset_info(path)
@@ -297,6 +308,30 @@ def info(path, as_json):
     ]
     lines += [f"{k + ':':<14} {v}" for k, v in sorted(summary["provenance"].items())]
     click.echo("\n".join(lines))
+
+
+def _device_info(as_json: bool) -> None:
+    from snapfit.gpu.launch import describe_devices
+
+    summary = describe_devices()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    if not summary["gpus"]:
+        click.echo(f"No GPU: {summary['reason']}.")
+        return
+    for g in summary["gpus"]:
+        memory = "unknown" if g["memory"] is None else f"{g['memory'] / 2**30:.1f} GiB"
+        launch, chunk = g["launch"], g["chunk"]
+        click.echo("\n".join([
+            f"GPU {g['device']}: {g['name']} (compute capability {g['compute_capability']}), "
+            f"{g['sm_count']} SMs, memory {memory}",
+            f"  backend: {g['backend']}",
+            f"  launch for {chunk['rows']}-row chunks of {chunk['nnz_per_row']:g} values per "
+            f"row: {launch['blocks']} blocks x {launch['block']} threads, team "
+            f"{launch['team']}, {launch['rows_in_flight']} rows in flight "
+            f"(occupancy {g['occupancy']:.1%})",
+        ]))  # fmt: skip
 
 
 commands = [convert, make_data, info]

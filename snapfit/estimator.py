@@ -422,8 +422,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             check_map(self, dataset)
             scores = [s for s, _, _ in iter_scores(self, dataset)]
             return np.concatenate(scores) if scores else np.empty(0)
-        if interop.is_device_input(X):
-            return interop.decision_function(X, self.coef_.ravel(), float(self.intercept_[0]))
+        if interop.is_device_input(X):  # the result is CuPy for CuPy input (like_input)
+            b = float(self.intercept_[0])
+            out = interop.decision_function(X, self.coef_.ravel(), b, to_host=False)
+            return interop.like_input(X, out)
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
         if not sp.issparse(X):
             return X @ self.coef_.ravel() + self.intercept_[0]
@@ -439,18 +441,27 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2)."""
         from scipy.special import expit
 
-        p = expit(self.decision_function(X))
+        s = self.decision_function(X)
+        if interop.is_cuda_array(s):  # device input: the same, in the input's library
+            xp = interop.array_module(s)
+            p = 1.0 / (1.0 + xp.exp(-s))
+            return xp.stack([1.0 - p, p], axis=1)
+        p = expit(s)
         return np.column_stack([1.0 - p, p])
 
     def predict_log_proba(self, X):
         from scipy.special import log_expit
 
         s = self.decision_function(X)
+        if interop.is_cuda_array(s):  # log_expit(s) = -log(1 + exp(-s))
+            xp = interop.array_module(s)
+            return xp.stack([-xp.logaddexp(0.0, s), -xp.logaddexp(0.0, -s)], axis=1)
         return np.column_stack([log_expit(-s), log_expit(s)])
 
     def predict(self, X):
+        """Class labels (a NumPy array, also for device input: ``classes_`` live on the host)."""
         check_is_fitted(self)
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        return self.classes_[(interop.to_host(self.decision_function(X)) > 0).astype(int)]
 
     # -- persistence and interop -----------------------------------------------------------
     def save(self, path) -> None:

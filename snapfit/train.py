@@ -82,7 +82,7 @@ def resolve_devices(
     when a real one is present (see ``snapfit.gpu.resolve_device``). Under the CUDA simulator
     an id may repeat to run several units on its one device.
     """
-    from snapfit.gpu import SIMULATOR_LAUNCH, device_count, resolve_device, simulated
+    from snapfit.gpu import device_count, resolve_device
 
     n = resolve_n_jobs(n_jobs)
     if device_ids is not None and device == "cpu":
@@ -100,8 +100,8 @@ def resolve_devices(
             f"device_ids={list(ids)}: this machine has {count} GPU(s), numbered 0 to "
             f"{count - 1}; pass ids from that range (each id is one GPU unit)."
         )
-    options = dict(SIMULATOR_LAUNCH) if simulated() else None
-    return Devices(n_cpu=max(0, n - len(ids)), gpu_ids=ids, gpu_options=options)
+    # the launch (and under the simulator its small one) is the GPU unit's: snapfit.gpu.launch
+    return Devices(n_cpu=max(0, n - len(ids)), gpu_ids=ids)
 
 
 def resolve_budget(memory_budget, *, limit: int | None = None) -> int:

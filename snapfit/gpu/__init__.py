@@ -11,7 +11,8 @@ __all__ = ["SIMULATOR_LAUNCH", "available", "device_count", "resolve_device", "s
 
 # Under the CUDA simulator every CUDA thread is a Python thread: the smallest launch that still
 # has teams (2 threads per row) and several rows in flight (4, so the step that is safe for rows
-# in flight is exercised), instead of the real default (128 threads per block, up to 1024
-# blocks), which would take minutes per pass. Larger tau is the emulator's (solvers/emulate.py):
-# with 8 rows in flight the safe step's extra epochs made the simulator suite ~1.6x longer.
+# in flight is exercised), instead of the real default (snapfit.gpu.launch: a 128-thread block
+# per SM), which would take minutes per pass; the launch rule returns it under the simulator.
+# Larger tau is the emulator's (solvers/emulate.py): with 8 rows in flight the safe step's
+# extra epochs made the simulator suite ~1.6x longer.
 SIMULATOR_LAUNCH = {"block": 8, "team": 2, "max_blocks": 1}

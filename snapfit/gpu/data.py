@@ -7,12 +7,14 @@ through ``n_slots`` (>= 2) slots. A fixed chunk is one piece and is kept whole (
 ``DeviceChunk``, kernels run on it in place); the pieces of a re-dealing source are kept as
 ``DevicePiece`` data and copied device-to-device into the slot of whichever chunk holds them.
 
-Each slot owns pinned host staging buffers and device buffers. The host fills a slot's pinned
-buffers (a memcpy), the *copy* CUDA stream moves them to the device and records the slot's
-``copied`` event, the *compute* CUDA stream waits for that event, runs the kernel, copies the
-updated ``alpha`` back into the slot's pinned buffer and records ``done``. With two slots the copy
-of chunk i+1 runs while chunk i computes; a slot is refilled only after its ``done`` event, at
-which point its returned ``alpha`` is written back into the host state.
+Each slot owns pinned host staging buffers and device buffers, sized once for the largest chunk
+(``Slot.size_for``), so the steady state allocates nothing per chunk; all of it comes from the
+unit's backend (``snapfit.gpu.backend``) through the ``alloc`` callables given here. The host
+fills a slot's pinned buffers (a memcpy), the *copy* CUDA stream moves them to the device and
+records the slot's ``copied`` event, the *compute* CUDA stream waits for that event, runs the
+kernel, copies the updated ``alpha`` back into the slot's pinned buffer and records ``done``.
+With two slots the copy of chunk i+1 runs while chunk i computes; a slot is refilled only after
+its ``done`` event, at which point its returned ``alpha`` is written back into the host state.
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ class DevicePiece:
     nnz: int
 
     @classmethod
-    def allocate(cls, n_rows: int, nnz: int, dtypes: dict) -> DevicePiece:
+    def allocate(cls, n_rows: int, nnz: int, dtypes: dict, alloc) -> DevicePiece:
+        """``alloc(n, dtype)`` gives a device array (the unit's backend, counted)."""
+
         def arr(n, key):
-            return cuda.device_array(max(n, 1), dtype=dtypes[key])
+            return alloc(max(n, 1), dtypes[key])
 
         return cls(
             arr(nnz, "indices"),
@@ -72,6 +76,23 @@ class DevicePiece:
             n_rows,
             nnz,
         )
+
+    def fits(self, n_rows: int, nnz: int, dtypes: dict) -> bool:
+        return _fits(self, n_rows, nnz, dtypes)
+
+
+def _fits(arrays, n_rows: int, nnz: int, dtypes: dict) -> bool:
+    """Whether device data of these arrays holds ``n_rows`` x ``nnz`` of ``dtypes``."""
+
+    def same(a, key):
+        want = dtypes.get(key)
+        return (a is None) == (want is None) and (a is None or a.dtype == want)
+
+    return (
+        arrays.y.shape[0] >= n_rows
+        and arrays.indices.shape[0] >= nnz
+        and all(same(getattr(arrays, k), k) for k in ("values", "weight", "indices"))
+    )
 
 
 @dataclass
@@ -106,9 +127,11 @@ class DeviceChunk:
         )
 
     @classmethod
-    def allocate(cls, n_rows: int, nnz: int, dtypes: dict) -> DeviceChunk:
+    def allocate(cls, n_rows: int, nnz: int, dtypes: dict, alloc) -> DeviceChunk:
+        """``alloc(n, dtype)`` gives a device array (the unit's backend, counted)."""
+
         def arr(n, key):
-            return cuda.device_array(max(n, 1), dtype=dtypes[key])
+            return alloc(max(n, 1), dtypes[key])
 
         return cls(
             arr(n_rows + 1, "indptr"),
@@ -124,15 +147,7 @@ class DeviceChunk:
         )
 
     def fits(self, n_rows: int, nnz: int, dtypes: dict) -> bool:
-        def same(a, key):
-            want = dtypes.get(key)
-            return (a is None) == (want is None) and (a is None or a.dtype == want)
-
-        return (
-            self.y.shape[0] >= n_rows
-            and self.indices.shape[0] >= nnz
-            and all(same(getattr(self, k), k) for k in ("values", "weight", "indptr", "indices"))
-        )
+        return _fits(self, n_rows, nnz, dtypes) and self.indptr.dtype == dtypes["indptr"]
 
 
 def host_dtypes(chunk) -> dict:
@@ -150,8 +165,10 @@ def host_dtypes(chunk) -> dict:
 
 @dataclass
 class Slot:
-    """One slot: pinned staging buffers, device buffers and the two events."""
+    """One slot: pinned staging buffers, device buffers and the two events. ``alloc(n, dtype)``
+    gives a pinned host array; ``rows`` and ``nnz`` are the capacity set by ``size_for``."""
 
+    alloc: object = None
     pinned: dict = field(default_factory=dict)
     device: DeviceChunk | None = None
     copied: object = None
@@ -159,12 +176,22 @@ class Slot:
     # (host alpha array, lo, hi): rows [lo, hi) to write back from the pinned "alpha_out".
     writeback: tuple | None = None
     item: object = None  # the item whose work this slot holds until it is completed
+    rows: int = 0
+    nnz: int = 0
+
+    def size_for(self, rows: int, nnz: int) -> None:
+        """Buffers allocated from now on hold a chunk of ``rows`` x ``nnz`` (the largest)."""
+        self.rows, self.nnz = max(self.rows, int(rows)), max(self.nnz, int(nnz))
+
+    def capacity(self, key: str) -> int:
+        return self.nnz if key in ("indices", "values") else self.rows + (key == "indptr")
 
     def staging(self, key: str, n: int, dtype) -> np.ndarray:
-        """A pinned buffer of at least ``n`` entries of ``dtype`` (grown on demand)."""
+        """A pinned buffer of at least ``n`` entries of ``dtype``: allocated once at the slot's
+        capacity, again only for a chunk beyond it."""
         buf = self.pinned.get(key)
         if buf is None or buf.shape[0] < n or buf.dtype != dtype:
-            buf = cuda.pinned_array(max(n, 1), dtype=dtype)
+            buf = self.alloc(max(n, self.capacity(key), 1), dtype)
             self.pinned[key] = buf
         return buf[:n]
 

@@ -8,6 +8,8 @@ need not be installed for snapfit to accept its arrays.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import cuda
 
@@ -41,19 +43,42 @@ class _HostView:
         self.__array_interface__ = {k: iface.get(k) for k in keys} | {"version": 3}
 
 
-def as_device_array(x):
+def as_device_array(x, *, sync: bool = True):
     """A Numba device array sharing ``x``'s memory (``numba.cuda.as_cuda_array``).
 
-    The CUDA simulator has no ``as_cuda_array``; its device memory is host memory, so there the
+    ``sync=False`` for buffers wrapped once and launched on many times: numba would otherwise
+    synchronize on the interface's stream at every launch. The CUDA simulator has no
+    ``as_cuda_array``; its device memory is host memory, so there the
     interface's pointer is read through NumPy, still without a copy.
     """
     if hasattr(cuda, "as_cuda_array"):  # pragma: no cover - real numba-cuda, not the simulator
-        return cuda.as_cuda_array(x)
+        return cuda.as_cuda_array(x, sync=sync)
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     if isinstance(x, FakeCUDAArray):
         return x
     return FakeCUDAArray(np.asarray(_HostView(x, x.__cuda_array_interface__)))
+
+
+def array_module(x):
+    """The library device input ``x`` comes from, by duck typing: its ``__array_namespace__()``
+    (the Array API standard), else the top package of its type when that has ``asarray`` (CuPy,
+    whose ``cupyx`` CSR matrices hold CuPy arrays). None for numba device arrays and bare
+    ``__cuda_array_interface__`` objects, whose results go to the host."""
+    a = x.data if is_cuda_csr(x) else x
+    namespace = getattr(a, "__array_namespace__", None)
+    if namespace is not None:
+        return namespace()
+    top = sys.modules.get(type(a).__module__.partition(".")[0])
+    return top if hasattr(top, "asarray") else None
+
+
+def like_input(x, out):
+    """A result ``out`` (a device array) as ``x``'s library holds arrays: CuPy input gives a CuPy
+    array sharing ``out``'s memory (``asarray`` reads ``__cuda_array_interface__``); other
+    input a NumPy array on the host."""
+    xp = array_module(x)
+    return out.copy_to_host() if xp is None else xp.asarray(out)
 
 
 def to_host(x) -> np.ndarray:

@@ -16,6 +16,12 @@ thread, CUDA streams, residents and budget. A pass over an item (rows ``[lo, hi)
   in the host arrays: the copy of item i overlaps the kernel of item i-1, and a host buffer is
   released (refilled by a streaming source) only after the device is done with it.
 
+Device memory, pinned buffers, CUDA streams and events come from the unit's backend (CuPy's
+pools, or numba's: ``snapfit.gpu.backend``); slots are sized for the largest chunk when the
+unit chooses its residents, so a pass allocates nothing per chunk. ``stats`` counts what the
+host spends per chunk (allocations, seconds staging and launching). The launch comes from the
+device's properties and the chunk's shape (``snapfit.gpu.launch``) unless given.
+
 Under Numba's CUDA simulator kernels run one at a time in the whole process (its kernel state
 is global), so launches from several units' threads take turns (``simulator.serial``); on a
 GPU each unit launches freely on its own CUDA streams.
@@ -23,11 +29,15 @@ GPU each unit launches freely on its own CUDA streams.
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import dataclass, field
+
 import numpy as np
-from numba import cuda
 from numba.cuda.cudadrv.driver import device_memset
 
 from snapfit.engine.units import Unit, host_warm
+from snapfit.gpu.backend import Backend, backend_name, choose_backend
 from snapfit.gpu.data import (
     DeviceChunk,
     DevicePiece,
@@ -38,18 +48,49 @@ from snapfit.gpu.data import (
     host_dtypes,
     piece_device_bytes,
 )
+from snapfit.gpu.launch import Launch, choose_launch, device_props
 from snapfit.gpu.simulator import serial
 from snapfit.solvers import gpu as kernels
+
+log = logging.getLogger("snapfit")
+
+
+@dataclass
+class HostStats:
+    """The host's work per chunk: device and pinned allocations (``by_pass``: those made
+    during each pass, after the unit bound), and seconds spent staging and launching (on a GPU
+    the kernels run asynchronously, so this is host overhead; under the simulator it includes
+    the kernels, which run at launch)."""
+
+    launches: int = 0
+    host_seconds: float = 0.0
+    allocations: int = 0
+    alloc_bytes: int = 0
+    by_pass: list = field(default_factory=list)
+
+    def allocated(self, nbytes: int) -> None:
+        self.allocations += 1
+        self.alloc_bytes += int(nbytes)
+        if self.by_pass:
+            self.by_pass[-1] += 1
+
+    def summary(self) -> str:
+        per = 1e3 * self.host_seconds / max(self.launches, 1)
+        later = sum(self.by_pass[1:])
+        return (f"{self.launches} launches, {per:.3f} ms host time per launch, "
+                f"{self.allocations} allocations ({self.alloc_bytes} bytes), "
+                f"{later} of them after the first pass")  # fmt: skip
 
 
 class GpuUnit(Unit):
     """Kernels, CUDA streams, resident data and slots of one GPU.
 
     ``budget`` is the device memory (bytes) the unit may use; None takes 80% of the device's
-    free memory when the unit binds. ``block`` threads per block and ``team`` threads per row
-    (None: from the rows' mean length); ``max_blocks`` caps the grid (rows beyond it are taken
-    in further grid-stride rounds). ``prior`` is the first epoch's guess of the unit's speed
-    relative to one CPU thread.
+    free memory when the unit binds. ``block`` threads per block, ``team`` threads per row and
+    ``max_blocks`` (a cap on the grid; rows beyond it are taken in further grid-stride rounds)
+    override the launch rule (``snapfit.gpu.launch``). ``backend``: ``"cupy"``, ``"numba"``, a
+    ``Backend``, or None for ``choose_backend``'s choice. ``prior`` is the first epoch's guess
+    of the unit's speed relative to one CPU thread.
     """
 
     reads_device = True
@@ -63,17 +104,19 @@ class GpuUnit(Unit):
         sigma: float = 1.0,
         budget: float | None = None,
         n_slots: int = 2,
-        block: int = 128,
+        block: int | None = None,
         team: int | None = None,
-        max_blocks: int = 1024,
+        max_blocks: int | None = None,
+        backend: str | Backend | None = None,
         prior: float = 8.0,
     ):
         if n_slots < 2:
             raise ValueError(f"n_slots must be at least 2 (double buffering); got {n_slots}.")
-        if not (0 < block <= kernels.MAX_BLOCK and block & (block - 1) == 0):
-            raise ValueError(f"block must be a power of two <= {kernels.MAX_BLOCK}; got {block}.")
-        if team is not None and not (0 < team <= block and team & (team - 1) == 0):
-            raise ValueError(f"team must be a power of two <= block ({block}); got {team}.")
+        top = kernels.MAX_BLOCK
+        if block is not None and not (0 < block <= top and block & (block - 1) == 0):
+            raise ValueError(f"block must be a power of two <= {top}; got {block}.")
+        if team is not None and not (0 < team <= (block or top) and team & (team - 1) == 0):
+            raise ValueError(f"team must be a power of two <= block ({block or top}); got {team}.")
         self.device_id = int(device_id)
         self.p = problem
         self.sigma = float(sigma)
@@ -82,30 +125,37 @@ class GpuUnit(Unit):
         self.flags = source.flags()
         self.budget = budget
         self.n_slots = int(n_slots)
-        self.block = int(block)
+        self.block = block
         self.team = team
-        self.max_blocks = int(max_blocks)
+        self.max_blocks = max_blocks
+        self._backend = backend
         self.prior_rate = float(prior)
+        self.stats = HostStats()
+        self._flat = None  # the per-item results of a pass, (items x width) at its head
+        self._spare: list = []  # device data of evicted residents, for the next ones
         # piece id -> its data on the device: whole fixed chunks, or pieces of re-dealt ones
         self.resident: dict[int, DeviceChunk | DevicePiece] = {}
         self.on_device: set[int] = set()  # fixed chunks whose device alpha is the current one
         self.born: set[int] = set()  # chunks the caller gave as device arrays: never evicted
         self.keep: set[int] = set()
         self._pending: Slot | None = None
-        self._results = None
 
     # -- life ------------------------------------------------------------------------------
     def bind(self) -> None:
-        cuda.select_device(self.device_id)
-        self.copy_stream = cuda.stream()
-        self.compute_stream = cuda.stream()
-        self.w = cuda.device_array(self.n_features + 1, dtype=np.float64)
-        self.counts = cuda.device_array(max(self.n_features, 1), dtype=np.int32)
+        b = self._backend
+        self.backend = b if isinstance(b, Backend) else choose_backend(b)
+        self.backend.use(self.device_id)
+        self.props = device_props(self.device_id)
+        self.copy_stream = self.backend.stream()
+        self.compute_stream = self.backend.stream()
         if self.budget is None:
-            free, _ = cuda.current_context().get_memory_info()
-            self.budget = 0.8 * free
+            self.budget = 0.8 * self.backend.free_bytes()
         self.budget = float(self.budget)
-        self.slots = [Slot(copied=cuda.event(), done=cuda.event()) for _ in range(self.n_slots)]
+        self.backend.set_limit(pool_limit(self.budget))
+        self.w = self._alloc(self.n_features + 1, np.float64)
+        self.counts = self._alloc(max(self.n_features, 1), np.int32)
+        self.slots = [Slot(alloc=self._pinned, copied=self.backend.event(),
+                           done=self.backend.event()) for _ in range(self.n_slots)]  # fmt: skip
         self._next_slot = 0
         self._host_sum = np.zeros(self.n_features + 1)
 
@@ -117,6 +167,20 @@ class GpuUnit(Unit):
         for s in self.slots:
             s.device = None
             s.pinned.clear()
+        self._flat = None
+        self._spare.clear()
+        log.debug("GPU %d (%s): %s", self.device_id, backend_name(self.backend),
+                  self.stats.summary())  # fmt: skip
+
+    def _alloc(self, shape, dtype):
+        """Device memory from the backend, counted in ``stats``."""
+        self.stats.allocated(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        return self.backend.empty(shape, dtype)
+
+    def _pinned(self, n: int, dtype) -> np.ndarray:
+        """Pinned host memory from the backend, counted in ``stats``."""
+        self.stats.allocated(n * np.dtype(dtype).itemsize)
+        return self.backend.pinned(n, dtype)
 
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
@@ -132,19 +196,40 @@ class GpuUnit(Unit):
         """Keep the pieces with the largest gap per byte that fit beside ``w`` and the slots.
 
         When every piece fits, no slot is needed and all stay. Pieces leaving the device take
-        their ``alpha`` home first (``alpha_of``).
+        their ``alpha`` home first (``alpha_of``); their device data is kept for a piece coming
+        in that it holds (``_spare``) when the budget still holds, and freed otherwise.
         """
         nbytes = self._nbytes(np.asarray(sizes[0]), np.asarray(sizes[1]))
+        for s in self.slots:
+            s.size_for(*largest)
+        room = self.budget - self.fixed_bytes()
         if self.fixed_bytes() + int(np.sum(nbytes)) <= self.budget:
             self.keep = set(range(len(nbytes)))
         else:
             slot = chunk_device_bytes(*largest, *self.flags)
             check_budget(self.budget, self.fixed_bytes(), slot, self.n_slots)
-            room = self.budget - self.fixed_bytes() - self.n_slots * slot
+            room -= self.n_slots * slot
             self.keep = choose_residents(gaps, nbytes, room)
+        self._spare.clear()  # what the last epoch's newcomers did not take
+        incoming = [p for p in sorted(self.keep) if p not in self.resident]
+        staying = [p for p in self.resident if p in self.keep and p not in self.born]
+        used = sum(self._held(self.resident[p]) for p in staying) + sum(nbytes[incoming])
         for p in [p for p in self.resident if p not in self.keep and p not in self.born]:
             self.sync_alpha(alpha_of, {p})
-            del self.resident[p]
+            old = self.resident.pop(p)
+            for q in incoming:  # the first newcomer it holds, if the budget allows the excess
+                extra = self._held(old) - nbytes[q]
+                fits = old.y.shape[0] >= sizes[0][q] and old.indices.shape[0] >= sizes[1][q]
+                if fits and used + extra <= room:
+                    incoming.remove(q)
+                    used += extra
+                    self._spare.append(old)
+                    break
+
+    def _held(self, data) -> int:
+        """Device bytes ``data`` (a resident chunk or piece) holds: its capacity, counted as
+        DuHL counts pieces."""
+        return int(self._nbytes(data.y.shape[0], data.indices.shape[0]))
 
     def resident_chunks(self) -> set[int]:
         return set() if self.redeals else set(self.resident)
@@ -161,52 +246,60 @@ class GpuUnit(Unit):
 
     # -- a pass ----------------------------------------------------------------------------
     def begin(self, w, n_items, width=2) -> None:
+        """Upload ``w`` and zero the per-item results (one buffer of 3 per item, reused)."""
         self.compute_stream.synchronize()
+        self.stats.by_pass.append(0)
         self.w.copy_to_device(np.ascontiguousarray(w, dtype=np.float64))
-        self._results = cuda.to_device(np.zeros((max(n_items, 1), width)))
+        n = max(n_items, 1)
+        if self._flat is None or self._flat.shape[0] < 3 * n:
+            self._flat = self._alloc(3 * n, np.float64)
+        device_memset(self._flat, 0, self._flat.nbytes, stream=self.compute_stream.launch)
+        self._result = self._flat[: n * width].reshape(n, width)
         self._host_sum[:] = 0.0
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout) -> list:
+        start = time.perf_counter()
         lo, hi = _span(item, chunk)
         dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, rows)
-        team = self._team(dc)
+        lp = self._launch(len(rows), dc)
         p = self.p
         n = dc.n_rows
-        grid = self._grid(len(rows), team)
         args = dc.args()
         order = dc.rows[: len(rows)]
+        stream = self.compute_stream.launch
         with serial:
-            if min(grid * (self.block // team), len(rows)) > 1:  # rows in flight: safe step
-                device_memset(self.counts, 0, self.counts.nbytes, stream=self.compute_stream)
-                kernels.column_counts[grid, self.block, self.compute_stream](
-                    args[0], args[1], order, team, self.counts
+            if lp.rows_in_flight > 1:  # the safe step needs the columns' counts
+                device_memset(self.counts, 0, self.counts.nbytes, stream=stream)
+                kernels.column_counts[lp.blocks, lp.block, stream](
+                    args[0], args[1], order, lp.team, self.counts
                 )
-            kernels.cd_pass[grid, self.block, self.compute_stream](
+            kernels.cd_pass[lp.blocks, lp.block, stream](
                 *args, p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], self.counts, dc.alpha[:n],
-                self.w, order, self.sigma, team, self._results[item.seq],
+                self.w, order, self.sigma, lp.team, self._result[item.seq],
             )  # fmt: skip
         if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
             self.on_device.add(item.k)  # the device copy is now the current one
         else:
             self.on_device.discard(item.k)
             out = s.staging("alpha_out", hi - lo, np.float64)
-            dc.alpha[lo:hi].copy_to_host(out, stream=self.compute_stream)
+            self.backend.d2h(out, dc.alpha[lo:hi], self.compute_stream)
             s.writeback = (alpha, lo, hi)
-        return self._enqueued(s, item)
+        return self._enqueued(s, item, start)
 
     def objective(self, item, chunk, alpha, w, layout) -> list:
         """Exact ``(loss, entropy, gap)`` of the item's rows at the uploaded ``w``
         (``begin(w, n, width=3)``) into result row ``item.seq``."""
+        start = time.perf_counter()
         lo, hi = _span(item, chunk)
         dc, s = self._stage(item.k, chunk, None, alpha, lo, hi, layout, None)
-        team = self._team(dc)
+        lp = self._launch(hi - lo, dc)
         p = self.p
         with serial:
-            kernels.chunk_objective[self._grid(hi - lo, team), self.block, self.compute_stream](
+            kernels.chunk_objective[lp.blocks, lp.block, self.compute_stream.launch](
                 *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.w, lo, hi,
-                team, self._results[item.seq],
+                lp.team, self._result[item.seq],
             )  # fmt: skip
-        return self._enqueued(s, item)
+        return self._enqueued(s, item, start)
 
     def warm(self, item, chunk, alpha, w0) -> None:
         """Host chunks: ``host_warm`` on this thread into a host sum. Chunks born on the
@@ -217,14 +310,18 @@ class GpuUnit(Unit):
         dc = self._born(item.k, chunk)
         n = dc.n_rows
         if w0 is None:  # alpha from the host state (a checkpoint); w0 is then not read
-            dc.alpha[:n].copy_to_device(np.ascontiguousarray(alpha[:n]), stream=self.compute_stream)
-        w0_dev = self.w if w0 is None else cuda.to_device(np.asarray(w0, dtype=np.float64))
-        team = self._team(dc)
+            stream = self.compute_stream.launch
+            dc.alpha[:n].copy_to_device(np.ascontiguousarray(alpha[:n]), stream=stream)
+            w0_dev = self.w
+        else:
+            w0_dev = self._alloc(self.n_features + 1, np.float64)  # once per warm start
+            w0_dev.copy_to_device(np.ascontiguousarray(w0, dtype=np.float64))
+        lp = self._launch(n, dc)
         p = self.p
         with serial:
-            kernels.warm_start[self._grid(n, team), self.block, self.compute_stream](
+            kernels.warm_start[lp.blocks, lp.block, self.compute_stream.launch](
                 *dc.args(), p.c_pos, p.c_neg, p.bias, w0_dev, w0 is not None, dc.alpha[:n],
-                self.w, team,
+                self.w, lp.team,
             )  # fmt: skip
         self.on_device.add(item.k)
 
@@ -238,11 +335,14 @@ class GpuUnit(Unit):
         self.compute_stream.synchronize()
         view = self.w.copy_to_host()
         view += self._host_sum
-        return view, self._results.copy_to_host()
+        return view, self._result.copy_to_host()
 
     # -- slots and staging -----------------------------------------------------------------
-    def _enqueued(self, s: Slot, item) -> list:
-        """Mark ``s`` as holding ``item``; complete the item enqueued before it."""
+    def _enqueued(self, s: Slot, item, start: float) -> list:
+        """Mark ``s`` as holding ``item``; complete the item enqueued before it. The host time
+        since ``start`` (staging and launching ``item``) goes into ``stats``."""
+        self.stats.launches += 1
+        self.stats.host_seconds += time.perf_counter() - start
         s.done.record(self.compute_stream)
         s.item = item
         prev, self._pending = self._pending, s
@@ -274,7 +374,17 @@ class GpuUnit(Unit):
             return
         buf = s.staging(key, max(total, at + n), src.dtype)[at : at + n]
         buf[:] = src
-        dst[at : at + n].copy_to_device(buf, stream=self.copy_stream)
+        self.backend.h2d(dst[at : at + n], buf, self.copy_stream)
+
+    def _reuse(self, kind, n_rows: int, nnz: int, dtypes: dict):
+        """Device data for a new resident: an evicted one's kept for it (DuHL's choice changes
+        between epochs; no allocation then), else newly allocated."""
+        for i, old in enumerate(self._spare):
+            if isinstance(old, kind) and old.fits(n_rows, nnz, dtypes):
+                new = self._spare.pop(i)
+                new.n_rows, new.nnz = n_rows, nnz
+                return new
+        return kind.allocate(n_rows, nnz, dtypes, self._alloc)
 
     def _born(self, k: int, chunk: DeviceChunk) -> DeviceChunk:
         """A chunk given as device arrays (CuPy input): resident for good, never evicted."""
@@ -295,10 +405,11 @@ class GpuUnit(Unit):
             if dc is None:
                 dt = host_dtypes(chunk)
                 if single and k in self.keep:
-                    dc = self.resident[k] = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
+                    dc = self.resident[k] = self._reuse(DeviceChunk, chunk.n_rows, chunk.nnz, dt)
                 else:
                     if s.device is None or not s.device.fits(chunk.n_rows, chunk.nnz, dt):
-                        s.device = DeviceChunk.allocate(chunk.n_rows, chunk.nnz, dt)
+                        size = max(chunk.n_rows, s.rows), max(chunk.nnz, s.nnz)
+                        s.device = DeviceChunk.allocate(*size, dt, self._alloc)
                     dc = s.device
                 dc.n_rows, dc.nnz = chunk.n_rows, chunk.nnz
                 self._upload(s, dc, chunk, sqnorm, layout)
@@ -324,6 +435,7 @@ class GpuUnit(Unit):
                       ("sqnorm", sqnorm, dc.sqnorm)]  # fmt: skip
         nz_arrays = [("indices", chunk.indices, dc.indices), ("values", chunk.values, dc.values)]
         kept = [self.resident.get(int(p)) if self.redeals else None for p in layout.pieces]
+        stream = self.copy_stream.launch
         j = 0
         while j < len(kept):
             if kept[j] is not None:  # a piece kept here: device to device
@@ -332,11 +444,11 @@ class GpuUnit(Unit):
                 for name, _, dst in nz_arrays:
                     if dst is not None:
                         dst[z : z + kp.nnz].copy_to_device(getattr(kp, name)[: kp.nnz],
-                                                           stream=self.copy_stream)  # fmt: skip
+                                                           stream=stream)  # fmt: skip
                 for name, _, dst in row_arrays:
                     if dst is not None:
                         dst[r : r + kp.n_rows].copy_to_device(getattr(kp, name)[: kp.n_rows],
-                                                              stream=self.copy_stream)  # fmt: skip
+                                                              stream=stream)  # fmt: skip
                 j += 1
                 continue
             e = j
@@ -362,24 +474,28 @@ class GpuUnit(Unit):
         dt = {"indices": dc.indices.dtype, "y": dc.y.dtype, "sqnorm": dc.sqnorm.dtype,
               "values": None if dc.values is None else dc.values.dtype,
               "weight": None if dc.weight is None else dc.weight.dtype}  # fmt: skip
-        kp = DevicePiece.allocate(m, nz, dt)
+        kp = self._reuse(DevicePiece, m, nz, dt)
         for name, lo, size in (("indices", z, nz), ("values", z, nz), ("y", r, m),
                                ("weight", r, m), ("sqnorm", r, m)):  # fmt: skip
             dst = getattr(kp, name)
             if dst is not None and size:
                 dst[:size].copy_to_device(getattr(dc, name)[lo : lo + size],
-                                          stream=self.copy_stream)  # fmt: skip
+                                          stream=self.copy_stream.launch)  # fmt: skip
         return kp
 
     # -- launch geometry -------------------------------------------------------------------
-    def _grid(self, n_rows: int, team: int) -> int:
-        per_block = self.block // team
-        return max(1, min(self.max_blocks, -(-n_rows // per_block)))
+    def _launch(self, n_rows: int, dc: DeviceChunk) -> Launch:
+        """The rule's launch for ``n_rows`` rows of ``dc`` (the unit's options override it)."""
+        return choose_launch(self.props, n_rows, dc.nnz / max(dc.n_rows, 1), block=self.block,
+                             team=self.team, max_blocks=self.max_blocks)  # fmt: skip
 
-    def _team(self, dc: DeviceChunk) -> int:
-        if self.team is not None:
-            return int(self.team)
-        return kernels.choose_team(dc.nnz / max(dc.n_rows, 1), self.block)
+
+def pool_limit(budget: float) -> float:
+    """The cap on the backend's device memory: the budget, which DuHL's count of ``w``, slots
+    and residents keeps to, plus what that count leaves out (the per-item results, a warm
+    start's ``w0``, an allocator's rounding: CuPy's pool rounds every block up to 512 bytes).
+    The cap is a backstop: past it an allocation is a ``ResourceError``, not a device OOM."""
+    return budget + 2**20 + 0.01 * budget
 
 
 def _span(item, chunk) -> tuple[int, int]:

@@ -68,3 +68,27 @@ def test_a_driver_library_without_a_device(monkeypatch):
     if device.available():  # pragma: no cover - only on machines with a GPU
         pytest.skip("a GPU is present")
     assert device._probe() == (False, "no CUDA driver or device was found")
+
+
+def test_info_device_without_a_gpu_says_why_and_exits_0():
+    import json
+
+    from click.testing import CliRunner
+
+    from snapfit.cli import cli
+    from snapfit.gpu.launch import describe_devices
+
+    if available():  # pragma: no cover - only on machines with a GPU
+        pytest.skip("a GPU is present")
+    from snapfit.gpu.device import _probe
+
+    reason = _probe()[1]  # here: the driver library does not load
+    assert "no CUDA driver" in reason
+    assert describe_devices() == {"gpus": [], "reason": reason}
+    run = CliRunner().invoke(cli, ["info", "--device"])
+    assert run.exit_code == 0 and run.output == f"No GPU: {reason}.\n"
+    run = CliRunner().invoke(cli, ["info", "--device", "--json"])
+    assert run.exit_code == 0 and json.loads(run.output)["gpus"] == []
+    for args in (["info"], ["info", "data.parquet", "--device"]):
+        run = CliRunner().invoke(cli, args)
+        assert run.exit_code == 2 and "Give a dataset PATH, or --device" in run.output

@@ -104,3 +104,47 @@ def test_device_input_errors():
     view = interop.as_device_array(Interface(shared))
     shared[0, 0] = 42.0  # zero-copy: the device view sees the owner's memory
     assert view.copy_to_host()[0, 0] == 42.0
+
+
+class CupyCSR:
+    """``cupyx.scipy.sparse.csr_matrix``'s attributes, holding stand-in CuPy arrays."""
+
+    format = "csr"
+
+    def __init__(self, xp, X):
+        self.shape = X.shape
+        self.data, self.indices, self.indptr = (xp.asarray(a) for a in (X.data, X.indices,
+                                                                         X.indptr))  # fmt: skip
+
+
+class NoNamespace(Interface):
+    """A device array type without ``__array_namespace__`` from a package with ``asarray``."""
+
+    __module__ = "numpy.fake"
+
+
+def test_predictions_on_cupy_input_are_cupy_arrays():
+    import snapfit
+    from tests.gpu.sim.fake_cupy import FakeCupy, ndarray
+
+    xp = FakeCupy()
+    X, y, w = make_problem_data(n=20, d=5, weights=True, seed=7)
+    model = snapfit.LogisticRegression(device="cpu", tol=1e-8).fit(X, y)
+    dense = np.ascontiguousarray(X.toarray())
+    for Xd in (CupyCSR(xp, X), xp.asarray(dense)):
+        assert interop.array_module(Xd) is xp
+        s = model.decision_function(Xd)
+        proba = model.predict_proba(Xd)
+        log_proba = model.predict_log_proba(Xd)
+        assert isinstance(s, ndarray) and isinstance(proba, ndarray)
+        assert isinstance(log_proba, ndarray) and proba.shape == (20, 2)
+        np.testing.assert_allclose(s.get(), model.decision_function(X), rtol=1e-10)
+        np.testing.assert_allclose(proba.get(), model.predict_proba(X), rtol=1e-10)
+        np.testing.assert_allclose(log_proba.get(), model.predict_log_proba(X), rtol=1e-10)
+        np.testing.assert_array_equal(model.predict(Xd), model.predict(X))  # labels: host
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(s)  # as CuPy's: the result never left the device unasked
+    # no namespace: the type's package decides; a bare interface gives NumPy
+    assert interop.array_module(NoNamespace(dense)) is np
+    assert interop.array_module(Interface(dense)) is None
+    assert type(model.decision_function(Interface(dense))) is np.ndarray
