@@ -9,6 +9,7 @@ against ``sklearn.linear_model.LogisticRegression(solver="liblinear")`` for the 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from numbers import Integral, Real
 
@@ -24,7 +25,6 @@ from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
 from snapfit.engine.source import InMemorySource
-from snapfit.gpu import interop
 from snapfit.inputs import (
     as_dataset,
     binary_labels,
@@ -43,6 +43,25 @@ from snapfit.train import (
     resolve_devices,
     train,
 )
+
+
+def _interop():
+    """``snapfit.gpu.interop``, imported on first need: it brings ``numba.cuda`` and the device
+    kernels (~70 MB resident), which fits and predictions on host data never use."""
+    from snapfit.gpu import interop
+
+    return interop
+
+
+def _on_device(x) -> bool:
+    """Whether ``x`` (an array or a CSR matrix) lives on a GPU. Until ``numba.cuda`` is imported
+    no simulated device array can exist, so only ``__cuda_array_interface__`` (on ``x`` or on a
+    CSR matrix's ``data``) can say yes, and host input is told apart without importing it."""
+    if "numba.cuda" not in sys.modules and not any(
+        hasattr(a, "__cuda_array_interface__") for a in (x, getattr(x, "data", None))
+    ):
+        return False
+    return _interop().is_device_input(x)
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -231,7 +250,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self._validate_params()
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir; set it to the run's directory.")
-        on_device = interop.is_device_input(X)
+        on_device = _on_device(X)
         if on_device and self.device == "cpu":
             raise ValueError(
                 "X is a GPU array but device='cpu'; use device='gpu' or 'auto', or copy X to "
@@ -286,6 +305,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def _device_source(self, X, y, sample_weight):
         """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
         labels and weights (n values) come to the host. Trains on GPUs alone."""
+        interop = _interop()
         y = interop.to_host(y)
         self.classes_, y_pm = binary_labels(y)
         weight = None
@@ -422,7 +442,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             check_map(self, dataset)
             scores = [s for s, _, _ in iter_scores(self, dataset)]
             return np.concatenate(scores) if scores else np.empty(0)
-        if interop.is_device_input(X):  # the result is CuPy for CuPy input (like_input)
+        if _on_device(X):  # the result is CuPy for CuPy input (like_input)
+            interop = _interop()
             b = float(self.intercept_[0])
             out = interop.decision_function(X, self.coef_.ravel(), b, to_host=False)
             return interop.like_input(X, out)
@@ -442,8 +463,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         from scipy.special import expit
 
         s = self.decision_function(X)
-        if interop.is_cuda_array(s):  # device input: the same, in the input's library
-            xp = interop.array_module(s)
+        if _on_device(s):  # device input: the same, in the input's library
+            xp = _interop().array_module(s)
             p = 1.0 / (1.0 + xp.exp(-s))
             return xp.stack([1.0 - p, p], axis=1)
         p = expit(s)
@@ -453,15 +474,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         from scipy.special import log_expit
 
         s = self.decision_function(X)
-        if interop.is_cuda_array(s):  # log_expit(s) = -log(1 + exp(-s))
-            xp = interop.array_module(s)
+        if _on_device(s):  # log_expit(s) = -log(1 + exp(-s))
+            xp = _interop().array_module(s)
             return xp.stack([-xp.logaddexp(0.0, s), -xp.logaddexp(0.0, -s)], axis=1)
         return np.column_stack([log_expit(-s), log_expit(s)])
 
     def predict(self, X):
         """Class labels (a NumPy array, also for device input: ``classes_`` live on the host)."""
         check_is_fitted(self)
-        return self.classes_[(interop.to_host(self.decision_function(X)) > 0).astype(int)]
+        s = self.decision_function(X)
+        if _on_device(s):
+            s = _interop().to_host(s)
+        return self.classes_[(s > 0).astype(int)]
 
     # -- persistence and interop -----------------------------------------------------------
     def save(self, path) -> None:
