@@ -31,18 +31,11 @@ import threading
 import time
 
 
-def peak_rss_bytes() -> int:
+def status_bytes(key: str = "VmHWM") -> int:
+    """A size from ``/proc/self/status``: ``VmHWM`` (peak RSS), ``VmRSS`` (RSS now)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -59,7 +52,7 @@ class RssSampler:
 
     def _run(self, every: float) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter() - self.t0, rss_bytes()))
+            self.samples.append((time.perf_counter() - self.t0, status_bytes("VmRSS")))
             self._stop.wait(every)
 
     def stop(self) -> None:
@@ -84,7 +77,7 @@ def reference(rows: int, n_jobs: int, C: float, shared: bool = False) -> dict:
     est.fit(X, y)
     secs = statistics.median(h["seconds"] for h in est.history_[1:])
     return {"rows": rows, "nnz": int(X.nnz), "epoch_s": secs, "nnz_per_s": X.nnz / secs,
-            "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+            "peak_rss_bytes": status_bytes()}  # fmt: skip
 
 
 def scale(
@@ -133,7 +126,7 @@ def scale(
         "cache_bytes_per_row": getattr(cache, "bytes_per_row", None),
         "epochs": [{"epoch": h["epoch"], "seconds": h["seconds"], "rel_gap": h["rel_gap"],
                     "io_wait": h.get("io_wait")} for h in est.history_],  # fmt: skip
-        "peak_rss_bytes": peak_rss_bytes(), "peak_rss_by_phase": peaks, "shared": shared,
+        "peak_rss_bytes": status_bytes(), "peak_rss_by_phase": peaks, "shared": shared,
     }  # fmt: skip
 
 
@@ -177,10 +170,10 @@ def main(argv=None) -> None:
         f"s/epoch after the first pass: median {statistics.median(later):.1f} against "
         f"{bound:.1f} at the in-memory rate: {statistics.median(later) / bound:.2f}x"
     )
-    print(
-        f"peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB for a budget of {run['budget']}; by "
-        "phase: " + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in run["peak_rss_by_phase"].items())
-    )
+    phases = ", ".join(f"{k} " + ("-" if v is None else f"{v / 1e9:.2f} GB")
+                       for k, v in run["peak_rss_by_phase"].items())  # fmt: skip
+    peak = run["peak_rss_bytes"] / 1e9
+    print(f"peak RSS {peak:.2f} GB for a budget of {run['budget']}; {phases}")
     print("relative gap per epoch: " + ", ".join(f"{e['rel_gap']:.2e}" for e in run["epochs"]))
     print(json.dumps(out))
 
