@@ -102,6 +102,8 @@ def scale(
 
     def cb(rec, coef, intercept):
         ends.append(time.perf_counter() - t0)
+        print(f"epoch {rec.epoch}: {rec.seconds:.1f} s, relative gap {rec.rel_gap:.3e}, RSS "
+              f"{status_bytes('VmRSS') / 1e9:.2f} GB", file=sys.stderr, flush=True)  # fmt: skip
 
     est = LogisticRegression(C=C, n_jobs=n_jobs, memory_budget=budget, tol=tol,
                              max_iter=max_iter, random_state=0, fit_intercept=False,
@@ -154,7 +156,8 @@ def main(argv=None) -> None:
                str(a.n_jobs), "--C", str(a.C), "--tol", str(a.tol), "--max-iter",
                str(a.max_iter), "--ref-rows", str(a.ref_rows), "--part", part]  # fmt: skip
         cmd += ["--shared"] if a.shared else []
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        # stdout carries the part's JSON; its stderr (epochs as they end) goes to ours
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
         out[part] = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"{part}: {json.dumps(out[part])}", flush=True)
     ref, run = out["reference"], out["scale"]
