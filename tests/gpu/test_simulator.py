@@ -1,34 +1,25 @@
-"""Run ``tests/gpu/sim`` under the CUDA simulator in a fresh process (see ``conftest.py``).
-
-With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI does), that process
-runs under ``coverage run -p``, so the simulator suite runs once and also measures the GPU
-modules' coverage."""
+"""The ``tests/gpu/sim`` suite under the CUDA simulator, in its own process: started by
+``conftest.py`` when collection ends, so it runs beside the rest of the suite; this test waits
+for it and fails with its output when it fails."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+from tests.gpu.conftest import start_sim_suite
 
-SIM_DIR = Path(__file__).parent / "sim"
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
 @pytest.mark.skipif(SIMULATED, reason="this process already runs the sim tests directly")
-def test_gpu_code_under_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    run = [sys.executable, "-m"]
-    include = os.environ.get("SNAPFIT_GPU_COVERAGE")
-    if include:
-        run += ["coverage", "run", "-p", f"--include={include}", "-m"]
-    proc = subprocess.run(
-        [*run, "pytest", "-q", "-p", "no:cacheprovider", str(SIM_DIR)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        cwd=Path(__file__).parents[2],
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+def test_gpu_code_under_the_simulator(request):
+    started = getattr(request.config, "snapfit_sim", None)
+    proc, out = started if started is not None else start_sim_suite()
+    try:
+        code = proc.wait(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out.seek(0)
+    text = out.read()
+    assert code == 0, text[-9000:]
