@@ -108,18 +108,22 @@ class NumbaBackend(Backend):
         (``data.check_budget``, DuHL's choice of residents)."""
 
 
-class _NumbaEvent:
+class _Event:
+    """A library's CUDA event behind one interface; the libraries differ only in ``wait``."""
+
     def __init__(self, event):
         self.event = event
 
     def record(self, stream: Stream) -> None:
         self.event.record(stream.native)
 
-    def wait(self, stream: Stream) -> None:
-        self.event.wait(stream.native)
-
     def synchronize(self) -> None:
         self.event.synchronize()
+
+
+class _NumbaEvent(_Event):
+    def wait(self, stream: Stream) -> None:
+        self.event.wait(stream.native)
 
 
 class CupyBackend(Backend):
@@ -172,18 +176,9 @@ class CupyBackend(Backend):
         self.pool.set_limit(size=int(nbytes))
 
 
-class _CupyEvent:
-    def __init__(self, event):
-        self.event = event
-
-    def record(self, stream: Stream) -> None:
-        self.event.record(stream.native)
-
+class _CupyEvent(_Event):
     def wait(self, stream: Stream) -> None:
         stream.native.wait_event(self.event)
-
-    def synchronize(self) -> None:
-        self.event.synchronize()
 
 
 def _external_stream(ptr: int):
