@@ -38,11 +38,16 @@ def start_sim_suite():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Start the simulator suite now, and wait for it last: everything else runs meanwhile."""
+    """Wait for the simulator suite last: everything else runs meanwhile."""
     waits = [item for item in items if item.nodeid.endswith(SIM_TEST)]
-    if waits and not SIMULATED:
-        config.snapfit_sim = start_sim_suite()
-        items[:] = [item for item in items if item not in waits] + waits
+    items[:] = [item for item in items if item not in waits] + waits
+
+
+def pytest_collection_finish(session):
+    """Start the simulator suite once the items are final (``-k`` or ``--deselect`` may have
+    dropped its test: then it does not run at all)."""
+    if not SIMULATED and any(item.nodeid.endswith(SIM_TEST) for item in session.items):
+        session.config.snapfit_sim = start_sim_suite()
 
 
 def pytest_sessionfinish(session):
