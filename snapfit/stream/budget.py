@@ -17,7 +17,9 @@ The budget charges everything that grows with the data or the model and stays fo
 The first pass runs before any of these exist and is charged separately: each reader holds one
 batch being decoded (``PieceDecoder.batch_peak_nbytes``), so the minimum is the larger of the
 two phases. Python objects, the interpreter, numba and pyarrow's own pools are not charged: they
-are a constant measured at ~150-250 MB here, independent of the data size.
+are a constant measured at ~150-250 MB here, independent of the data size. (Arrow's allocator
+keeps the pages it freed; they are handed back when the first pass ends and after each epoch
+that decodes Parquet, so its pool does not grow that constant: ``memlimit.release_arrow_memory``.)
 """
 
 from __future__ import annotations

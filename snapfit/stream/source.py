@@ -56,7 +56,7 @@ from snapfit.stream.cache import (
 )
 from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
 from snapfit.stream.direct import ParquetPieces
-from snapfit.stream.memlimit import available_memory
+from snapfit.stream.memlimit import available_memory, release_arrow_memory
 from snapfit.stream.prefetch import BufferPool, Prefetcher
 
 log = logging.getLogger("snapfit")
@@ -182,6 +182,7 @@ class StreamSource(ChunkSource):
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
             self.cache.ingest(n_readers)
+            release_arrow_memory()
             # Now the nnz of every piece is known: size the buffers exactly.
             self.plan = plan_budget(int(budget), max_chunk_bytes=self._max_buffer(),
                                     ingest_bytes=ingest, **plan_args)  # fmt: skip
@@ -397,6 +398,8 @@ class StreamSource(ChunkSource):
                 yield k, live.chunk
         finally:
             self._stop_prefetch()
+            if self.mode == "parquet":
+                release_arrow_memory()
             self.epoch_stats.append(
                 {"seconds": time.perf_counter() - t0, "read_seconds": pf.read_seconds,
                  "io_wait": pf.wait_seconds, "resident_bytes": self.resident_bytes}
