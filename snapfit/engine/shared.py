@@ -14,14 +14,26 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   update is lost and ``w`` drifts from ``w(alpha)``;
 * **hot** coordinates (the column counts of one pass over the data pick them; the intercept
   always) live, during a pass, in per-thread *slots*: thread ``t`` adds its moves to its own
-  row of slots only, every thread reads the sum of all rows. Each slot has one writer, so no
-  hot update is lost; 8-byte aligned loads and stores are atomic on x86-64 and AArch64, so a
-  reader sees each slot either before or after a move, never torn. ``w[j]`` of a hot ``j``
-  holds a tagged NaN naming its slot (``cpu.HOT_TAG``): the kernel learns hot-or-cold from the
-  load of ``w[j]`` it makes anyway. After the pass the slots are folded back into ``w``.
+  row of slots only, and every ``PUBLISH_EVERY`` of its rows copies that row to a *published*
+  row the other threads read; a thread's hot value is its own slot plus the others' published
+  ones. Each slot has one writer, so no hot update is lost; 8-byte aligned loads and stores are
+  atomic on x86-64 and AArch64, so a reader sees each slot either before or after a copy,
+  never torn. ``w[j]`` of a hot ``j`` holds a tagged NaN naming its slot (``cpu.HOT_TAG``):
+  the kernel learns hot-or-cold from the load of ``w[j]`` it makes anyway. After the pass the
+  slots are folded back into ``w``.
+
+Why published copies. When the threads read each other's live slots, the lines of the dense
+coordinates moved between the two cores at nearly every row, and two threads together took
+the CPU of two single-thread epochs (0.53 s against 0.79 s for one thread of this kernel, 1M
+Criteo-like rows with 40 entries each). Copying every 64 rows, they cross once per 64 rows:
+0.23 s against 0.48 s for one thread of this kernel (2.1x), 0.365 s for ``cpu.cd_pass``. The
+price is staleness: a row misses up to 64 of the other thread's rows on hot coordinates.
+Emulated on 300k such rows (both threads' rows interleaved one by one, cold coordinates fresh,
+no damping), the exact gap reached 1e-4 after 22 epochs at 1, 8 and 64 rows of staleness, as
+one thread did, 24 at 256 and 26 at 1024, the gap less steady from epoch to epoch as it grows.
 
 Step rule (bounded staleness). A row's margin misses the moves of the rows other threads have
-in flight: with ``T`` threads, a set ``S`` of at most ``T`` rows (one per thread) is computed
+in flight. With live slots, a set ``S`` of at most ``T`` rows (one per thread) is computed
 from the same ``w``, i.e. a Jacobi step over ``S``. For a quadratic, a Jacobi step with
 curvatures ``q_i`` decreases the objective iff ``2 diag(q) - Q_S`` is positive semidefinite;
 with the entropy of the logistic dual (convex and separable, solved exactly by each row's Newton
@@ -33,9 +45,12 @@ x_ij^2`` is safe: with ``|S_j| <= T`` on hot coordinates and ``<= 2`` on cold on
 threads at once on one cold coordinate is what the hot set rules out), this is ``||x_i||^2 +
 (T/2 - 1)^+ ||x_i,hot||^2``: **no damping at all for two threads**, ``hot_damp = T/2 - 1``
 for more. It is the GPU review's rows-in-flight reasoning at ``tau = T``. The bound covers a
-row overlapping one row per other thread; a fully asynchronous schedule (a long row overlapping
-two of another thread's) and lost cold updates are outside it, which is why the certificate
-never trusts it: see below.
+row overlapping one row per other thread; published copies (up to ``PUBLISH_EVERY`` rows of
+each other thread unseen on hot coordinates), a fully asynchronous schedule and lost cold
+updates are outside it. The bound for ``PUBLISH_EVERY`` rows in flight would damp hot
+coordinates about as much as CoCoA+ does, so the rows are not damped for it: the emulation
+above is the evidence that the steps still converge, and the certificate never trusts the
+bound: see below.
 
 Exactness. Lost cold updates make ``w != w(alpha)``, which would stall the fit at a perturbed
 point and falsify the dual. The trainer therefore rebuilds ``w = w(alpha)`` exactly
@@ -44,11 +59,9 @@ exact gap check and at the end of a fit, so a reported gap and the returned mode
 It costs one in-order pass over every chunk per exact check (0.10 s of CPU on 1M
 Criteo-like rows, against 0.35 s for one thread's epoch); a fit makes one or two.
 
-Results depend on the threads' timing, so they are not reproducible bit for bit. And the
-sharing has a price the epochs do not show: nearly every row reads and writes the slots of the
-dense coordinates, whose cache lines then move between the cores; on two idle cores a shared
-epoch took the CPU of two single-thread epochs (``docs/threads.md``). The estimators therefore
-default to CoCoA+ threads (``deterministic=True``); this scheme is ``deterministic=False``.
+Results depend on the threads' timing, so they are not reproducible bit for bit, which is
+why the estimators default to CoCoA+ threads (``deterministic=True``); this scheme is
+``deterministic=False``. What it costs and gains is measured in ``docs/threads.md``.
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ from snapfit.solvers import cpu
 HOT_FRACTION = 0.01
 #: At most this many hot coordinates (the most frequent): slots stay in L1/L2.
 MAX_HOT = 4096
+#: A thread publishes its hot slots to the others every this many of its rows.
+PUBLISH_EVERY = 64
 
 
 def hot_damp(n_threads: int) -> float:
@@ -81,20 +96,22 @@ def choose_hot(counts: np.ndarray, n_rows: int) -> np.ndarray:
 class HotSlots:
     """``w`` and the threads' hot slots in one buffer (the kernel reaches both by index).
 
-    ``buf = [w (n_features + 1) | n_threads rows of stride slots]``; ``w`` is a view of its
-    head and is the trainer's ``w`` for the whole fit. Rows have room for ``MAX_HOT`` slots
-    whatever the hot set (a few tens of KB) and are whole 64-byte lines, so a thread's writes
-    never share a line with another thread's slots. Between passes ``w`` holds plain numbers and
-    the slots are zero; ``tag()`` opens a pass (each hot value moves to thread 0's slot and its
-    ``w`` entry becomes a tagged NaN), ``fold()`` closes it (each hot value is the sum of its
-    slots, summed in thread order). Slot 0 stays 0 (what cold entries add).
+    ``buf = [w (n_features + 1) | n_threads own rows | n_threads published rows]``, rows of
+    ``stride`` slots; ``w`` is a view of its head and is the trainer's ``w`` for the whole fit.
+    Rows have room for ``MAX_HOT`` slots whatever the hot set (a few tens of KB) and are whole
+    64-byte lines, so a thread's writes never share a line with another thread's slots. Between
+    passes ``w`` holds plain numbers and the slots are zero; ``tag()`` opens a pass (each hot
+    value moves to thread 0's own and published slots and its ``w`` entry becomes a tagged
+    NaN), ``fold()`` closes it (each hot value is the sum of the own slots, summed in thread
+    order). Slot 0 stays 0 (what cold entries add).
     """
 
     def __init__(self, n_features: int, n_threads: int):
         self.d = int(n_features)
         self.n_threads = int(n_threads)
         self.stride = (MAX_HOT + 2 + 7) // 8 * 8
-        self.buf = np.zeros(self.d + 1 + self.n_threads * self.stride)
+        # Each thread's own row of slots, then each thread's published copy of it.
+        self.buf = np.zeros(self.d + 1 + 2 * self.n_threads * self.stride)
         self.w = self.buf[: self.d + 1]
         self.hot = np.array([self.d], dtype=np.int64)  # the intercept, until choose()
         self.chosen = False
@@ -105,13 +122,15 @@ class HotSlots:
         self.chosen = True
 
     def _rows(self) -> np.ndarray:
-        return self.buf[self.d + 1 :].reshape(self.n_threads, self.stride)
+        """Own rows ``[:n_threads]``, published rows ``[n_threads:]``."""
+        return self.buf[self.d + 1 :].reshape(2 * self.n_threads, self.stride)
 
     def tag(self) -> None:
         n = len(self.hot)
         rows = self._rows()
         rows[:] = 0.0
         rows[0, 1 : n + 1] = self.w[self.hot]
+        rows[self.n_threads, 1 : n + 1] = self.w[self.hot]
         tags = (np.uint64(cpu.HOT_TAG) << np.uint64(32)) | np.arange(1, n + 1, dtype=np.uint64)
         self.w.view(np.uint64)[self.hot] = tags
 
@@ -130,4 +149,5 @@ class HotSlots:
         return cpu.cd_pass_shared(
             *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.buf, self.d,
             rows, sigma, self.stride, self.n_threads, me, hot_damp(self.n_threads), scratch,
+            len(self.hot), PUBLISH_EVERY,
         )  # fmt: skip

@@ -272,7 +272,7 @@ def _float_bits(typingctx, x):
 def cd_pass_shared(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, sqnorm, alpha, buf, d, rows, sigma, stride, n_threads, me, hot_damp,
-    scratch,
+    scratch, n_hot, every,
 ):  # fmt: skip
     """``cd_pass`` for threads that share one ``w``: cold entries in place, hot ones in slots.
 
@@ -282,10 +282,13 @@ def cd_pass_shared(
     scheme and its step rule). An entry ``w[j]`` holding a number is *cold*: read and written
     in place, Hogwild-style; a race that loses an update is rare and repaired by the engine's
     ``w = w(alpha)`` rebuild. An entry holding a tagged NaN (``HOT_TAG``, slot ``h`` in its low
-    bits) is *hot*: its value is ``sum_u buf[d + 1 + u * stride + h]`` and this thread adds its
-    moves to its own slot only, so no hot update is lost and every read sees the other
-    threads' moves up to their rows in flight. Slot 0 of every row is 0 and is what a cold
-    entry adds, so the read has no branch; the tag costs no memory access beyond ``w[j]``.
+    bits) is *hot*: this thread adds its moves to its own slot only (row ``me``), so no hot
+    update is lost, and reads its own slot plus the other threads' *published* slots (rows
+    ``n_threads + u``): every ``every`` rows, and at the end of the call, a thread copies its
+    slots ``1..n_hot`` to its published row. Reads then miss at most ``every`` rows of each
+    other thread's moves, and the hot lines cross between cores once per ``every`` rows instead
+    of at every row. Slot 0 of every row is 0 and is what a cold entry adds, so the read has no
+    branch; the tag costs no memory access beyond ``w[j]``.
 
     The curvature is ``sigma (||x_i||^2 + hot_damp * ||x_i,hot||^2)``, intercept included
     (``hot_damp`` 0 for two threads). Returns ``(gap, entropy)`` as ``cd_pass`` does, with the
@@ -300,14 +303,21 @@ def cd_pass_shared(
     ent = 0.0
     n = len(rows)
     slots = d + 1
-    second = slots + stride
     mine = slots + me * stride
+    published = slots + (n_threads + me) * stride
+    other = slots + (n_threads + 1 - me) * stride  # the other thread's published row (pairs)
+    since = 0
     tag = np.uint64(HOT_TAG)
     low = np.uint64(_LOW32)
     mask = len(scratch) - 1
     pair = n_threads == 2 and hot_damp == 0.0
     hb = np.int64(_float_bits(buf[d]) & low)  # the intercept is always hot
     for t in range(n):
+        since += 1
+        if since == every:
+            since = 0
+            for h in range(1, n_hot + 1):
+                buf[published + h] = buf[mine + h]
         if t + 3 < n:
             _prefetch(indptr, rows[t + 3])
         if t + 2 < n:
@@ -340,9 +350,10 @@ def cd_pass_shared(
             continue
         lo = indptr[i]
         hi = indptr[i + 1]
-        wb = 0.0
+        wb = buf[mine + hb]
         for u in range(n_threads):
-            wb += buf[slots + u * stride + hb]
+            if u != me:
+                wb += buf[slots + (n_threads + u) * stride + hb]
         dot = wb * bias
         hot_sq = bias2
         if pair and has_values:
@@ -352,7 +363,7 @@ def cd_pass_shared(
                 bits = _float_bits(v)
                 hot = (bits >> np.uint64(32)) == tag
                 h = np.int64(bits & low) if hot else 0
-                v = (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                v = (0.0 if hot else v) + buf[mine + h] + buf[other + h]
                 scratch[(k - lo) & mask] = mine + h if hot else j
                 dot += v * values[k]
         elif pair:
@@ -362,7 +373,7 @@ def cd_pass_shared(
                 bits = _float_bits(v)
                 hot = (bits >> np.uint64(32)) == tag
                 h = np.int64(bits & low) if hot else 0
-                dot += (0.0 if hot else v) + buf[slots + h] + buf[second + h]
+                dot += (0.0 if hot else v) + buf[mine + h] + buf[other + h]
                 scratch[(k - lo) & mask] = mine + h if hot else j
         else:
             for k in range(lo, hi):
@@ -371,9 +382,10 @@ def cd_pass_shared(
                 bits = _float_bits(v)
                 hot = (bits >> np.uint64(32)) == tag
                 h = np.int64(bits & low) if hot else 0
-                v = 0.0 if hot else v
+                v = (0.0 if hot else v) + buf[mine + h]
                 for u in range(n_threads):
-                    v += buf[slots + u * stride + h]
+                    if u != me:
+                        v += buf[slots + (n_threads + u) * stride + h]
                 scratch[(k - lo) & mask] = mine + h if hot else j
                 x = values[k] if has_values else 1.0
                 dot += v * x
@@ -399,6 +411,8 @@ def cd_pass_shared(
                     bits = _float_bits(buf[j])
                     target = mine + np.int64(bits & low) if (bits >> np.uint64(32)) == tag else j
                     buf[target] += step * (values[k] if has_values else 1.0)
+    for h in range(1, n_hot + 1):
+        buf[published + h] = buf[mine + h]
     return gap, ent
 
 

@@ -24,7 +24,7 @@ def test_tag_then_fold_gives_w_back_and_tags_only_hot_entries():
     slots.tag()
     assert np.isnan(slots.w[slots.hot]).all()
     np.testing.assert_array_equal(np.delete(slots.w, slots.hot), np.delete(before, slots.hot))
-    rows = slots.buf[11:].reshape(2, slots.stride)
+    rows = slots.buf[11:].reshape(4, slots.stride)  # own rows, then published ones
     rows[1, 1:4] += [1.0, 2.0, 3.0]  # thread 1's moves on the three hot coordinates
     slots.fold()
     np.testing.assert_array_equal(slots.w[slots.hot], before[slots.hot] + [1.0, 2.0, 3.0])

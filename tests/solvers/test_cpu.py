@@ -109,7 +109,7 @@ def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, scratch)
     for t, rows in enumerate(parts):
         cpu.cd_pass_shared(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
                            slots.d, rows, 1.0, slots.stride, slots.n_threads, t, 0.0,
-                           scratch)  # fmt: skip
+                           scratch, len(slots.hot), 7)  # fmt: skip
     slots.fold()
 
 
@@ -245,7 +245,7 @@ def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
     else:
         slots = HotSlots(2, 2)
         slots.tag()
-        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64))
+        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64), 1, 1)
     fresh(*args)
     loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
