@@ -185,7 +185,7 @@ def plan(cfg: dict, a) -> list[str]:
     if "target" not in a.skip:
         names = ", ".join("-".join(map(str, kr)) for kr in cfg["target"])
         lines.append(f"time to target on {names}: "
-                     + ", ".join(CURVE + SWEEP)
+                     + ", ".join(a.systems or CURVE + SWEEP)
                      + f"; budgets (s of fits) {cfg['target_budget_s']}")  # fmt: skip
     return lines
 
@@ -202,7 +202,13 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", nargs="*", default=[], metavar="SYSTEM=SECONDS",
                     help="time-to-target budget of a searched system (snapml-1, snapml-2, "
                          "liblinear), replacing the mode's")  # fmt: skip
+    ap.add_argument("--systems", nargs="*", default=None, metavar="SYSTEM",
+                    help="time to target for these systems only (default: all)")  # fmt: skip
     a = ap.parse_args(argv)
+    targets = tuple(a.systems) if a.systems else CURVE + SWEEP
+    unknown = sorted(set(targets) - set(CURVE + SWEEP))
+    if unknown:
+        ap.error(f"--systems: unknown {', '.join(unknown)}; choose from {', '.join(CURVE + SWEEP)}")
     if a.repeats < 3:
         ap.error("--repeats must be at least 3: every time is a median of 3 or more fits")
     mode = "quick" if a.quick else "full"
@@ -224,6 +230,7 @@ def main(argv=None) -> None:
     command += f" --repeats {a.repeats}" if a.repeats != 3 else ""
     command += f" --skip {' '.join(a.skip)}" if a.skip else ""
     command += f" --budget {' '.join(a.budget)}" if a.budget else ""
+    command += f" --systems {' '.join(targets)}" if a.systems else ""
     if a.dry_run:
         log(f"{command} ({mode} mode) would run:")
         for line in plan(cfg, a):
@@ -259,7 +266,12 @@ def main(argv=None) -> None:
         t0 = time.time()
         res["target"] = [
             time_to_target(
-                make_set(*kr), C=a.C, repeats=a.repeats, budget_s=cfg["target_budget_s"], log=log
+                make_set(*kr),
+                C=a.C,
+                repeats=a.repeats,
+                systems=targets,
+                budget_s=cfg["target_budget_s"],
+                log=log,
             )  # fmt: skip
             for kr in cfg["target"]
         ]

@@ -12,7 +12,9 @@ The budget charges everything that grows with the data or the model and stays fo
 * ``dual``: 8 bytes/row (alpha float64), spilled to a file read and written by chunk slices when
   it would leave less than the pool;
 * ``resident``: whatever is left keeps decoded pieces in memory across epochs (DuHL picks which),
-  or, when Parquet is decoded every epoch, holds the window of decoded row groups.
+  or, when Parquet is decoded every epoch, holds the window of decoded row groups; but first
+  up to ``RUNTIME_NBYTES`` of it (at most half) go to what the fit allocates outside this plan
+  (see below).
 
 The first pass runs before any of these exist and is charged separately: each reader holds one
 batch being decoded (``PieceDecoder.batch_peak_nbytes``), so the minimum is the larger of the
@@ -20,6 +22,9 @@ two phases. Python objects, the interpreter, numba and pyarrow's own pools are n
 are a constant measured at ~150-250 MB here, independent of the data size. (Arrow's allocator
 keeps the pages it freed; they are handed back when the first pass ends and after each epoch
 that decodes Parquet, so its pool does not grow that constant: ``memlimit.release_arrow_memory``.)
+What the fit itself adds outside the plan (its compiled kernels, ~50 MB once loaded; heap and
+thread stacks) is taken from the resident share, which has the room at large budgets: a 2 GB
+fit of 200M rows peaked at 2.29-2.35 GB of RSS without this allowance.
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ def chunk_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> i
     sizes = [8 * (n_rows + 1), 4 * nnz, 4 * nnz if has_values else 0, 4 * n_rows]
     sizes.append(4 * n_rows if has_weight else 0)
     return sum(_align(s) for s in sizes)
+
+
+#: What a fit allocates outside the plan (kernels, heap, thread stacks), paid from ``resident``.
+RUNTIME_NBYTES = 96 * 10**6
 
 
 def _align(n: int) -> int:
@@ -178,6 +187,7 @@ def plan_budget(
     n_buffers = int(max(2, min(want, pool_share * avail // slot)))
     pool = n_buffers * slot
     left = budget - fixed - pool - (0 if spill else dual)
+    left -= min(RUNTIME_NBYTES, max(0, left) // 2)
     return BudgetPlan(budget, fixed, pool, n_buffers, dual, spill, max(0, left), minimum,
                       ingest_bytes)  # fmt: skip
 

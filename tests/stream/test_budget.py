@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from snapfit.errors import ResourceError
 from snapfit.stream import parse_memory_budget, plan_budget
+from snapfit.stream.budget import RUNTIME_NBYTES
 
 
 @pytest.mark.parametrize(
@@ -58,11 +59,14 @@ def test_dual_spills_when_it_would_not_fit():
 
 def test_pool_aims_for_four_buffers_per_thread_within_half_of_the_rest():
     kw = dict(n_features=10, n_jobs=2, n_rows=1000, max_chunk_bytes=10**6)
-    plan = plan_budget(100 * 10**6, **kw)
+    plan = plan_budget(300 * 10**6, **kw)
     assert plan.n_buffers == 8 and not plan.spill_dual
-    assert plan.resident == 100 * 10**6 - plan.fixed - 8 * 10**6 - 8000
+    # the runtime allowance comes out of the resident share
+    assert plan.resident == 300 * 10**6 - plan.fixed - 8 * 10**6 - 8000 - RUNTIME_NBYTES
     small = plan_budget(10 * 10**6, **kw)  # half of what is left holds 4
-    assert small.n_buffers == 4 and small.resident >= 5 * 10**6 - small.fixed - 8000
+    assert small.n_buffers == 4
+    left = 10 * 10**6 - small.fixed - 4 * 10**6 - 8000  # at most half goes to the runtime
+    assert small.resident == left - left // 2
 
 
 def test_a_chunk_size_asked_for_is_kept(small_parquet):
