@@ -23,10 +23,10 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   slots are folded back into ``w``.
 
 Why published copies. When the threads read each other's live slots, the lines of the dense
-coordinates moved between the two cores at nearly every row, and two threads together took
-the CPU of two single-thread epochs (0.53 s against 0.79 s for one thread of this kernel, 1M
-Criteo-like rows with 40 entries each). Copying every 64 rows, they cross once per 64 rows:
-0.23 s against 0.48 s for one thread of this kernel (2.1x), 0.365 s for ``cpu.cd_pass``. The
+coordinates moved between the two cores at nearly every row: a pass over 1M Criteo-like rows
+(39 entries each) took 0.335 s on two threads against 0.488 s on one thread of that kernel and
+0.34-0.37 s for ``cpu.cd_pass``. Copying every 64 rows, the lines cross once per 64 rows: 0.22-
+0.23 s on two threads against 0.47 s on one (2.1x), 1.5x faster than ``cpu.cd_pass``. The
 price is staleness: a row misses up to 64 of the other thread's rows on hot coordinates.
 Emulated on 300k such rows (both threads' rows interleaved one by one, cold coordinates fresh,
 no damping), the exact gap reached 1e-4 after 22 epochs at 1, 8 and 64 rows of staleness, as

@@ -113,6 +113,33 @@ def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, scratch)
     slots.fold()
 
 
+def test_shared_threads_read_each_others_published_slots_only():
+    """A thread reads its own hot slots live and the other thread's as last published: a move
+    thread 0 has not published yet is invisible to thread 1, and a call publishes at its end."""
+    X = sp.csr_matrix(np.array([[1.0, 1.0], [1.0, 0.0]], dtype=np.float32))
+    y = np.array([1.0, -1.0], dtype=np.float32)
+    sq = np.zeros(2, np.float32)
+    cpu.row_sqnorms(X.indptr.astype(np.int64), X.indices, X.data, True, sq)
+
+    def thread1_alpha(unpublished: float, published: float) -> float:
+        slots = HotSlots(2, 2)
+        slots.hot = np.array([0, 2])  # feature 0 and the intercept; feature 1 stays cold
+        slots.tag()
+        rows = slots.buf[3:].reshape(4, slots.stride)  # own rows, then published ones
+        rows[0, 1] += unpublished  # thread 0's own slot of feature 0
+        rows[2, 1] += published  # thread 0's published slot of feature 0
+        alpha = np.zeros(2)
+        cpu.cd_pass_shared(*chunk_args(X, None, y), 1.0, 1.0, 0.0, sq, alpha, slots.buf, 2,
+                           np.array([0]), 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64),
+                           len(slots.hot), 64)  # fmt: skip
+        np.testing.assert_array_equal(rows[3, 1:3], rows[1, 1:3])  # published at the end
+        assert rows[1, 1] != 0.0  # thread 1 moved feature 0 in its own slot
+        return alpha[0]
+
+    assert thread1_alpha(5.0, 0.0) == thread1_alpha(0.0, 0.0)
+    assert thread1_alpha(0.0, 5.0) != thread1_alpha(0.0, 0.0)
+
+
 @pytest.mark.parametrize("scratch", [256, 2])
 @pytest.mark.parametrize("use_weight", [False, True])
 @pytest.mark.parametrize("n_hot", [0, 5, 40])
