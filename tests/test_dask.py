@@ -213,12 +213,15 @@ def test_criteo_like_two_workers_reach_the_single_process_optimum(
         est.predict_proba(other)
 
 
-def test_memory_budget_applies_on_the_workers(client, data, local):
+@pytest.mark.parametrize("n_jobs, deterministic", [(None, True), (2, False)])
+def test_memory_budget_applies_on_the_workers(client, data, local, n_jobs, deterministic):
     """A budget below the resident peak of a worker's share: the share is streamed by the
-    out-of-core engine on that worker, and the fit reaches the same optimum."""
+    out-of-core engine on that worker, and the fit reaches the same optimum (also with two
+    threads sharing w there: the streamed chunks relabeled, the rounds' dw in data order)."""
     path, _, _ = data
     est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=100, random_state=0,
-                                 memory_budget=1_300_000)  # fmt: skip
+                                 memory_budget=1_300_000, n_jobs=n_jobs,
+                                 deterministic=deterministic)  # fmt: skip
     est.fit(path)
     assert {p["mode"] for p in est.parts_} == {"stream"}
     assert {p["budget"] for p in est.parts_} == {1_300_000}

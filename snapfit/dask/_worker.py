@@ -244,23 +244,26 @@ class Part:
             tr.set_alpha(alpha)  # w(alpha) exactly: the driver's sum is w(alpha) of all parts
         elif warm_w is not None:
             tr.warm_start(np.asarray(warm_w, dtype=np.float64))
-        self.own = tr.w.copy() if tr.slots is not None else None
-        return {"w": _pack(tr.w.copy()), "alpha": tr.alpha()}
+        self.own = tr.coef().copy() if tr.slots is not None else None
+        return {"w": _pack(tr.coef().copy()), "alpha": tr.alpha()}
 
     def measure(self, w, *, checkpoint: bool = False, keep: bool = False) -> dict:
         """The exact additive pieces of the objective at the global ``w`` and this share's
         gradient ``r`` (returned, or kept for a reduction tree); ``alpha`` if asked."""
         t0 = time.perf_counter()
         w = unpack(w)
-        p = self.trainer.problem
-        r = np.zeros_like(w)
+        tr = self.trainer
+        p = tr.problem
+        w_in = tr.inward(w)  # the trainer's feature order (threads sharing w relabel features)
+        r_in = np.zeros_like(w_in)
         sums = np.zeros(3)
 
         def one(chunk, alpha):
             sums[:] += _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
-                                        alpha, w, r)  # fmt: skip
+                                        alpha, w_in, r_in)  # fmt: skip
 
         self._each_chunk(one)
+        r = tr.outward(r_in)
         self.w_measured, self.r = w, r
         out = {"loss": sums[0], "ent": sums[1], "gap": sums[2]}
         if keep:
@@ -306,11 +309,11 @@ class Part:
         target = gap / s
         passes, local_gap = 0, float("nan")
         while passes < max_passes:
-            tr.w[:] = view
+            tr.set_coef(view)
             rec = tr.run_epoch()
             # The engine merges its threads' views into view + A_k dalpha (curvature
             # threads * s); the subproblem's own view moves by s * A_k dalpha.
-            delta = tr.w - view
+            delta = tr.coef() - view
             dw += delta
             view += s * delta
             passes += 1
@@ -322,8 +325,8 @@ class Part:
             # w(alpha) now minus at the accepted point, exactly (one summing pass).
             tr.drifted = True
             tr.settle()
-            dw = tr.w - self.own
-            self.own = tr.w.copy()
+            dw = tr.coef() - self.own
+            self.own = tr.coef().copy()
         out = {"passes": passes, "local_gap": local_gap,
                "seconds": time.perf_counter() - t0}  # fmt: skip
         if keep:

@@ -123,7 +123,7 @@ class Checkpointer:
     def save(self, trainer, *, converged: bool = False) -> None:
         os.makedirs(self.directory, exist_ok=True)
         trainer.sync_alpha()  # alpha kept on a device back to the host
-        w = np.ascontiguousarray(trainer.w, dtype=np.float64)
+        w = np.ascontiguousarray(trainer.coef(), dtype=np.float64)
         alpha = trainer.state.alpha
         crc = zlib.crc32(w.view(np.uint8).data)
         for lo in range(0, len(alpha), _SLICE):
@@ -179,7 +179,8 @@ class Checkpointer:
                     f"{self.path}: was made with other data or parameters ({diff}); resume with "
                     "the same data and parameters, or pass resume=False to start over."
                 )
-            if header["n_w"] != len(trainer.w) or header["n_alpha"] != len(trainer.state.alpha):
+            n_w, n_alpha = len(trainer.coef()), len(trainer.state.alpha)
+            if header["n_w"] != n_w or header["n_alpha"] != n_alpha:
                 raise CheckpointMismatch(f"{self.path}: sizes do not match this problem.")
             w = np.fromfile(f, dtype=np.float64, count=header["n_w"])
             crc = zlib.crc32(w.view(np.uint8).data)
@@ -195,7 +196,7 @@ class Checkpointer:
                 f"{self.path}: is truncated or corrupt (CRC mismatch); delete it to start over."
             )
         trainer.drop_device_alpha()  # the host state was just written: device copies are stale
-        trainer.w[:] = w
+        trainer.set_coef(w)
         trainer.drifted = trainer.slots is not None  # threads sharing w may have lost updates
         trainer.epoch = int(header["epoch"])
         trainer.history = [EpochRecord(**h) for h in header["history"]]

@@ -54,7 +54,7 @@ def run_epochs(
                 tr.confirm(rec)
                 converged = rec.rel_gap <= problem.tol
             tr.history.append(rec)
-            stop = any([bool(cb(rec, tr.w)) for cb in callbacks])
+            stop = any([bool(cb(rec, tr.coef())) for cb in callbacks])
             interrupted = guard is not None and guard.signum is not None
             if checkpoint is not None and (
                 interrupted or converged or stop or last or checkpoint.due(tr.epoch)
@@ -69,7 +69,7 @@ def run_epochs(
                 break
     tr.settle()  # the model is w(alpha) exactly, whatever ended the fit
     return FitResult(
-        w=tr.w.copy(),
+        w=tr.coef().copy(),
         n_iter=tr.epoch,
         converged=converged,
         history=tr.history,

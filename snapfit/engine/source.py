@@ -26,6 +26,7 @@ import numpy as np
 from snapfit.data.chunk import Chunk
 from snapfit.engine.checkpoint import arrays_fingerprint, dataset_fingerprint
 from snapfit.engine.state import DualState
+from snapfit.solvers import cpu
 
 
 class Layout(NamedTuple):
@@ -121,6 +122,13 @@ class ChunkSource(ABC):
         """What names the data in a checkpoint: the files and their sizes, or a hash of the
         arrays (one pass over them)."""
 
+    def relabel(self, code: np.ndarray | None) -> None:
+        """From now on deliver chunks whose feature ids ``j < len(code)`` read ``code[j]``
+        (``cpu.relabel``: threads sharing ``w`` run in their own feature order, see
+        ``snapfit.engine.shared``); ``None``: the stored ids again. Never changes the caller's
+        data."""
+        raise NotImplementedError(f"{type(self).__name__} cannot relabel feature ids")
+
     def close(self) -> None:  # noqa: B027 - a no-op unless overridden
         """Free what the source holds (buffers, caches, temp files)."""
 
@@ -137,6 +145,24 @@ class InMemorySource(ChunkSource):
     def __init__(self, chunks: Sequence[Chunk], n_features: int):
         self.chunks = list(chunks)
         self.n_features = int(n_features)
+        self._stored: list[Chunk] | None = None  # the chunks as given, while relabeled
+
+    def relabel(self, code: np.ndarray | None) -> None:
+        """Relabeled copies of the indices (4 bytes per stored value; the chunks may be views
+        of the caller's arrays, which are never written); ``None`` gives the chunks back."""
+        if self.device_resident:
+            raise NotImplementedError("chunks on a device are not relabeled")
+        if self._stored is None:
+            self._stored = self.chunks
+        if code is None:
+            self.chunks, self._stored = self._stored, None
+            return
+        out = []
+        for c in self._stored:
+            indices = np.array(c.indices, dtype=np.int32)
+            cpu.relabel(indices, code)
+            out.append(c._replace(indices=indices))
+        self.chunks = out
 
     @property
     def n_chunks(self) -> int:

@@ -18,6 +18,9 @@ With ``Devices.share_cpu`` (CPU threads alone, at least two) the threads are ONE
 instead: they share ``w`` itself (``snapfit.engine.shared``: hot coordinates in per-thread
 slots, the rest Hogwild-style), so ``sigma'`` does not count them, and ``w`` may drift from
 ``w(alpha)`` by lost updates: ``settle()`` rebuilds it before every exact check and at the end.
+Such a trainer counts the features' rows when it is made, picks the hot ones and runs in its
+own feature order from then on (the source relabels its chunks); ``w`` is in that order, and
+``coef()`` / ``set_coef()`` / ``inward()`` / ``outward()`` are the way in and out of it.
 
 Every row's ``alpha`` comes from the source's state (``alpha_of(k)`` is the delivered chunk's
 rows, whatever the chunking), so the same trainer serves resident, re-dealt and device data.
@@ -121,11 +124,35 @@ class Trainer:
         names = [f"snapfit-gpu-{i}" for i in devices.gpu_ids]
         names += [f"snapfit-cpu-{t}" for t in range(devices.n_cpu)]
         self._group = ThreadGroup(self.k, names)
+        self._counting = 0.0  # the one counting pass of a fit is charged to its first epoch
         try:
             self._group.each(lambda t: self.units[t].bind())
+            if self.slots is not None:
+                t0 = time.perf_counter()
+                self._choose_hot()
+                self._counting = time.perf_counter() - t0
         except BaseException:
             self._group.close()
             raise
+
+    # -- w in and out of the fit's feature order -----------------------------------------
+    def inward(self, v: np.ndarray) -> np.ndarray:
+        """A vector over the data's features (``n_features + 1``, intercept last) in this
+        trainer's feature order (itself when the two are the same)."""
+        return v if self.slots is None else self.slots.to_ext(v)
+
+    def outward(self, v: np.ndarray) -> np.ndarray:
+        """A vector in this trainer's feature order back over the data's features (``v``
+        itself when the two are the same: copy it to keep it)."""
+        return v if self.slots is None else self.slots.to_real(v)
+
+    def coef(self) -> np.ndarray:
+        """``w`` over the data's features, intercept last (may be ``w`` itself: copy to keep)."""
+        return self.outward(self.w)
+
+    def set_coef(self, w: np.ndarray) -> None:
+        """Set ``w`` from a vector over the data's features (intercept last)."""
+        self.w[:] = self.inward(np.asarray(w, dtype=np.float64))
 
     def _make_units(self, d: int) -> list[Unit]:
         units: list[Unit] = []
@@ -251,8 +278,8 @@ class Trainer:
             self._sum_pass(None)
 
     def _choose_hot(self) -> None:
-        """Count every feature's rows in one pass (each thread its chunks) and fix the hot
-        coordinates of the threads sharing ``w``."""
+        """Count every feature's rows in one pass (each thread its chunks), fix the hot
+        coordinates of the threads sharing ``w`` and have the source relabel them."""
         order, plan = self._whole_plan()
         self._group.each(lambda t: self.units[t].view.fill(0.0))
 
@@ -264,11 +291,14 @@ class Trainer:
         counts = self.units[0].counts
         for unit in self.units[1:]:
             counts += unit.counts
-        self.slots.choose(counts, self.state.n_rows)
+        code = self.slots.choose(counts, self.state.n_rows)
+        if len(self.slots.hot):
+            self.source.relabel(code)
 
     def warm_start(self, w0: np.ndarray) -> None:
-        """Start from the dual point paired with ``w0`` (see ``cpu.alpha_from_margins``)."""
-        self._sum_pass(np.asarray(w0, dtype=np.float64))
+        """Start from the dual point paired with ``w0`` (over the data's features, intercept
+        last; see ``cpu.alpha_from_margins``)."""
+        self._sum_pass(self.inward(np.asarray(w0, dtype=np.float64)))
 
     def warm_start_alpha(self, alpha: np.ndarray) -> None:
         """Start from given packed dual variables (all rows, state order); ``w = w(alpha)``."""
@@ -327,11 +357,7 @@ class Trainer:
         if not self._chosen:
             self._residency()
         shared = self.slots is not None
-        counting = 0.0  # the one counting pass of a fit is charged to its first epoch
-        if shared and not self.slots.chosen:
-            t0 = time.perf_counter()
-            self._choose_hot()
-            counting = time.perf_counter() - t0
+        counting, self._counting = self._counting, 0.0
         order, plan = self._plan(_EPOCH_KEY)
         w0 = self.w.copy() if self.sigma != self.devices.cocoa_units else None
         self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])))
@@ -418,3 +444,5 @@ class Trainer:
         finally:
             self._group.close()
             self.state.close()
+            if self.slots is not None and len(self.slots.hot):
+                self.source.relabel(None)  # the source's chunks as stored again

@@ -127,23 +127,20 @@ class SharedCpuUnit(CpuUnit):
         super().__init__(problem, sigma, view)
         self.slots = slots
         self.me = int(me)
-        # Where each entry of a row moves (cpu.cd_pass_shared); longer rows do without.
-        self.scratch = np.empty(256, dtype=np.int64)
 
     def begin(self, w, n_items, width=2):
         if w is not self.slots.w:  # a summing pass (from zero), not a pass on the shared w
             self.view[:] = w
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
-        result = self.slots.run(self.me, chunk, self.p, sqnorm, alpha, rows, self.sigma,
-                                self.scratch)  # fmt: skip
+        result = self.slots.run(self.me, chunk, self.p, sqnorm, alpha, rows, self.sigma)
         return [(item, result)]
 
     @property
     def counts(self) -> np.ndarray:
         """Column counts, kept in the view's memory (free during the counting pass: no
         ``n_features`` array more per thread); zero the view first."""
-        return self.view[:-1].view(np.int64)
+        return self.view[: self.slots.d].view(np.int64)
 
     def count(self, item, chunk) -> None:
         """Add the chunk's column counts into ``counts``."""

@@ -39,6 +39,7 @@ from snapfit.engine.checkpoint import dataset_fingerprint
 from snapfit.engine.source import ChunkSource, Layout
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
+from snapfit.solvers import cpu
 from snapfit.stream.budget import (
     BudgetPlan,
     _align,
@@ -205,6 +206,7 @@ class StreamSource(ChunkSource):
         self.state: DualState | None = None
         self._io_wait = 0.0
         self._prefetch: Prefetcher | None = None
+        self._code: np.ndarray | None = None  # feature relabeling (``relabel``)
         self.read_seconds = 0.0
         self.epoch_stats: list[dict] = []
 
@@ -360,7 +362,15 @@ class StreamSource(ChunkSource):
                 indptr[r0 + 1 : r0 + m + 1] += z0
             self.state.read_alpha(int(offsets[p]), alpha[rows])
             r0, z0 = r0 + m, z0 + z
+        code = self._code
+        if code is not None:
+            cpu.relabel(indices, code)  # in the prefetch thread, like the rest of the assembly
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
+
+    def relabel(self, code: np.ndarray | None) -> None:
+        """Each chunk is relabeled as it is assembled into its buffer (resident pieces are kept
+        as stored, so ``None`` needs nothing undone). Call between epochs."""
+        self._code = code
 
     def begin_epoch(self, order: Sequence[int]) -> None:
         """Deal the pieces into this epoch's chunks and load the residents DuHL chose."""

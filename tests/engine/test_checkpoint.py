@@ -36,6 +36,23 @@ def test_resume_replays_the_uninterrupted_run(tmp_path, data):
     assert len(resumed.history_) == len(full.history_)
 
 
+def test_threads_sharing_w_resume_from_the_saved_model_in_the_datas_order(tmp_path, data):
+    """A sharing fit runs in its own feature order (hot features relabeled); its checkpoint
+    holds w in the data's order and a resumed fit reaches the uninterrupted optimum."""
+    X, y = data
+    kw = dict(deterministic=False)
+    full = _clf(tmp_path / "a", **kw).fit(X, y)
+    part = _clf(tmp_path / "b", max_iter=5, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part.fit(X, y)
+    resumed = _clf(tmp_path / "b", **kw).fit(X, y, resume=True)
+    assert resumed.n_iter_[0] > 5 and resumed.history_[-1]["rel_gap"] <= 1e-8
+    p_full, p_res = full.history_[-1]["primal"], resumed.history_[-1]["primal"]
+    assert abs(p_res - p_full) <= 1e-7 * abs(p_full)
+    np.testing.assert_allclose(resumed.coef_, full.coef_, atol=1e-3)
+
+
 def test_other_parameters_are_refused_by_name(tmp_path, data):
     X, y = data
     with warnings.catch_warnings():

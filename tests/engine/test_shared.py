@@ -1,6 +1,7 @@
 """Threads sharing w: the hot set, the slots' round trip, sigma', and the w(alpha) rebuild."""
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer, shared
@@ -16,19 +17,49 @@ def test_hot_features_by_row_fraction_most_frequent_first(monkeypatch):
     np.testing.assert_array_equal(choose_hot(counts, n_rows=1000), [1, 5])
 
 
-def test_tag_then_fold_gives_w_back_and_tags_only_hot_entries():
+def test_tag_then_fold_gives_w_back_with_the_threads_moves():
     slots = HotSlots(10, 2)
-    slots.w[:] = np.arange(11) - 4.5
-    slots.hot = np.array([2, 7, 10])
+    code = slots.set_hot([2, 7])
+    np.testing.assert_array_equal(code, [0, 1, 10, 3, 4, 5, 6, 11, 8, 9])
+    real = np.arange(11) - 4.5
+    slots.w[:] = slots.to_ext(real)
+    np.testing.assert_array_equal(slots.to_real(slots.w), real)
+    assert slots.w[2] == slots.w[7] == 0.0 and slots.w[10] == real[2] and slots.w[-1] == real[10]
     before = slots.w.copy()
     slots.tag()
-    assert np.isnan(slots.w[slots.hot]).all()
-    np.testing.assert_array_equal(np.delete(slots.w, slots.hot), np.delete(before, slots.hot))
-    rows = slots.buf[11:].reshape(4, slots.stride)  # own rows, then published ones
-    rows[1, 1:4] += [1.0, 2.0, 3.0]  # thread 1's moves on the three hot coordinates
+    rows = slots._rows()  # own rows, then published ones
+    np.testing.assert_array_equal(rows[0, : slots.n_slots], before[10:])
+    np.testing.assert_array_equal(rows[2, : slots.n_slots], before[10:])
+    rows[1, [0, 1, slots.n_slots - 1]] += [1.0, 2.0, 3.0]  # thread 1: both hot ids, intercept
     slots.fold()
-    np.testing.assert_array_equal(slots.w[slots.hot], before[slots.hot] + [1.0, 2.0, 3.0])
-    assert not slots.buf[11:].any()
+    moved = real.copy()
+    moved[[2, 7, 10]] += [1.0, 2.0, 3.0]
+    np.testing.assert_array_equal(slots.to_real(slots.w), moved)
+    assert not rows.any() and slots.buf[-1] == 0.0
+
+
+def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
+    slots = HotSlots(6, 2)
+    real = np.arange(7.0) + 1
+    slots.w[:] = slots.to_ext(real)  # no hot feature yet: the intercept is already last
+    assert slots.w[-1] == 7.0 and not slots.w[6:-1].any()
+    code = slots.choose(np.array([50, 0, 90, 1, 0, 0]), n_rows=100)
+    np.testing.assert_array_equal(slots.hot, [0, 2])
+    np.testing.assert_array_equal(slots.to_real(slots.w), real)
+    indices = np.array([0, 1, 2, 3, 5, 2], np.int32)
+    cpu.relabel(indices, code)
+    np.testing.assert_array_equal(indices, [6, 1, 7, 3, 5, 7])
+    again = indices.copy()
+    cpu.relabel(again, code)  # relabeling twice is relabeling once
+    np.testing.assert_array_equal(again, indices)
+    counts = np.zeros(6, np.int64)
+    cpu.count_columns(np.array([0, 6], np.int64), indices, counts)  # relabeled ids are skipped
+    np.testing.assert_array_equal(counts, [0, 1, 0, 1, 0, 1])
+
+
+def test_ids_that_leave_no_room_for_relabeling_are_refused():
+    with pytest.raises(ValueError, match="deterministic=True"):
+        HotSlots(2**31 - 100, 2)
 
 
 D = 3000
@@ -64,15 +95,15 @@ def test_exact_check_rebuilds_w_of_alpha_after_lost_updates():
     try:
         for _ in range(3):
             tr.run_epoch()
-        np.testing.assert_array_equal(tr.slots.hot, [0, D])  # the dense column, the intercept
+        np.testing.assert_array_equal(tr.slots.hot, [0])  # the dense column (and the intercept)
         assert tr.drifted
-        tr.w[5] += 0.25  # what a lost update on a cold coordinate leaves behind
+        tr.w[5] += 0.25  # what a lost update on a cold coordinate leaves behind (ids kept)
         alpha = tr.alpha()
         primal, dual, gap = tr.exact_objective()
         exact = np.zeros(D + 1)
         args = (X.indptr.astype(np.int64), X.indices, X.data, True, y, cpu.EMPTY_F32, False)
         cpu.accumulate_w(*args, 1.0, 1.0, 1.0, alpha, exact)
-        np.testing.assert_allclose(tr.w, exact, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(tr.coef(), exact, rtol=0, atol=1e-12)
         loss, ent, _ = cpu.chunk_objective(*args, 1.0, 1.0, 1.0, alpha, exact)
         wsq = exact @ exact
         assert abs(primal - (0.5 * wsq + loss)) <= 1e-9 * primal
@@ -89,11 +120,31 @@ def test_a_larger_sigma_moves_w_by_its_share_as_one_view(monkeypatch):
     tr, X, y = _trainer(True, n_cpu=2, sigma=2.0)
     try:
         tr.run_epoch()
-        assert len(tr.slots.hot) == len(np.unique(X.indices)) + 1
+        assert len(tr.slots.hot) == len(np.unique(X.indices))
         exact = np.zeros(D + 1)
         args = (X.indptr.astype(np.int64), X.indices, X.data, True, y, cpu.EMPTY_F32, False)
         cpu.accumulate_w(*args, 1.0, 1.0, 1.0, tr.alpha(), exact)
-        np.testing.assert_allclose(tr.w, exact, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(tr.coef(), exact, rtol=1e-12, atol=1e-14)
         assert np.linalg.norm(exact) > 0.1
     finally:
         tr.close()
+
+
+def test_the_fit_runs_on_relabeled_copies_and_gives_the_source_its_chunks_back():
+    """The chunks are views of the caller's matrix: the fit relabels copies of their indices
+    (the dense column becomes id D), never the matrix, and the source delivers the chunks as
+    given once the trainer is closed."""
+    tr, X, y = _trainer(True)
+    given = list(tr.source._stored)
+    before = X.indices.copy()
+    try:
+        assert all(np.shares_memory(c.indices, X.indices) for c in given)
+        assert all((c.indices == D).sum() == c.n_rows for c in tr.source.chunks)
+        assert not any((c.indices == 0).any() for c in tr.source.chunks)
+        tr.run_epoch()
+        w = tr.coef()
+    finally:
+        tr.close()
+    np.testing.assert_array_equal(X.indices, before)
+    assert all(a is b for a, b in zip(tr.source.chunks, given, strict=True))
+    assert tr.source._stored is None and w[0] != 0.0

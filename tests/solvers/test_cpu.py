@@ -102,14 +102,18 @@ def test_cd_pass_matches_reference(problem, sigma, use_weight):
     assert np.all(alpha[c == 0] == 0.0)
 
 
-def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, scratch):
+def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, code):
     """``cd_pass_shared`` over ``parts`` (thread ``t`` runs ``parts[t]``, one after another),
-    between the slots' tag and fold; ``slots.w`` is the result."""
+    between the slots' tag and fold, on ``X`` relabeled by ``code``; ``slots.w`` is the result
+    (in the slots' feature order)."""
+    Xr = sp.csr_matrix(X)
+    Xr.indices = Xr.indices.astype(np.int32)
+    cpu.relabel(Xr.indices, code)
     slots.tag()
     for t, rows in enumerate(parts):
-        cpu.cd_pass_shared(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
-                           slots.d, rows, 1.0, slots.stride, slots.n_threads, t, 0.0,
-                           scratch, len(slots.hot), 7)  # fmt: skip
+        cpu.cd_pass_shared(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
+                           slots.d, slots.n_slots, rows, 1.0, slots.stride, slots.n_threads, t,
+                           0.0, len(slots.hot), 7)  # fmt: skip
     slots.fold()
 
 
@@ -123,32 +127,32 @@ def test_shared_threads_read_each_others_published_slots_only():
 
     def thread1_alpha(unpublished: float, published: float) -> float:
         slots = HotSlots(2, 2)
-        slots.hot = np.array([0, 2])  # feature 0 and the intercept; feature 1 stays cold
+        code = slots.set_hot([0])  # feature 0 (id 2 from now on); feature 1 stays cold
+        Xr = X.copy()
+        cpu.relabel(Xr.indices, code)
         slots.tag()
-        rows = slots.buf[3:].reshape(4, slots.stride)  # own rows, then published ones
-        rows[0, 1] += unpublished  # thread 0's own slot of feature 0
-        rows[2, 1] += published  # thread 0's published slot of feature 0
+        rows = slots._rows()  # own rows, then published ones
+        rows[0, 0] += unpublished  # thread 0's own slot of feature 0
+        rows[2, 0] += published  # thread 0's published slot of feature 0
         alpha = np.zeros(2)
-        cpu.cd_pass_shared(*chunk_args(X, None, y), 1.0, 1.0, 0.0, sq, alpha, slots.buf, 2,
-                           np.array([0]), 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64),
+        cpu.cd_pass_shared(*chunk_args(Xr, None, y), 1.0, 1.0, 0.0, sq, alpha, slots.buf, 2,
+                           slots.n_slots, np.array([0]), 1.0, slots.stride, 2, 1, 0.0,
                            len(slots.hot), 64)  # fmt: skip
-        np.testing.assert_array_equal(rows[3, 1:3], rows[1, 1:3])  # published at the end
-        assert rows[1, 1] != 0.0  # thread 1 moved feature 0 in its own slot
+        np.testing.assert_array_equal(rows[3], rows[1])  # published at the end
+        assert rows[1, 0] != 0.0  # thread 1 moved feature 0 in its own slot
         return alpha[0]
 
     assert thread1_alpha(5.0, 0.0) == thread1_alpha(0.0, 0.0)
     assert thread1_alpha(0.0, 5.0) != thread1_alpha(0.0, 0.0)
 
 
-@pytest.mark.parametrize("scratch", [256, 2])
 @pytest.mark.parametrize("use_weight", [False, True])
 @pytest.mark.parametrize("n_hot", [0, 5, 40])
-def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot, scratch):
-    """One thread: bit for bit ``cd_pass``, whichever features are hot (slot reads add exact
-    zeros). Two and three threads run one after the other (the two-thread loop and the
-    general one): each sees the others' slots summed, so the pass is the sequential one over
-    all parts (to rounding: sums in another order). Rows longer than ``scratch`` (most, at 2)
-    find where their moves go again."""
+def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
+    """One thread: bit for bit ``cd_pass``, whichever features are hot (a cold entry adds the
+    zero cell, exactly). Two and three threads run one after the other (the two-thread loop
+    and the general one): each sees the others' slots summed, so the pass is the sequential
+    one over all parts (to rounding: sums in another order)."""
     X, y, weight = problem
     wt = weight if use_weight else None
     c_pos, c_neg, bias = 2.0, 0.5, 1.5
@@ -158,21 +162,22 @@ def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot, s
     rng = np.random.default_rng(n_hot)
     alpha, w = np.zeros(300), np.zeros(41)
     one, two, three = HotSlots(40, 1), HotSlots(40, 2), HotSlots(40, 3)
-    one.hot = two.hot = three.hot = np.r_[np.sort(rng.choice(40, n_hot, replace=False)), 40]
+    hot = np.sort(rng.choice(40, n_hot, replace=False))
+    code = [s.set_hot(hot) for s in (one, two, three)][0]
     a1, a2, a3 = np.zeros(300), np.zeros(300), np.zeros(300)
-    buf = np.empty(scratch, dtype=np.int64)
     for _ in range(3):
         rows = rng.permutation(300)
         cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], buf)
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], buf)
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]), buf)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], code)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], code)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]),
+                     code)  # fmt: skip
         np.testing.assert_array_equal(a1, alpha)
-        np.testing.assert_array_equal(one.w, w)
+        np.testing.assert_array_equal(one.to_real(one.w), w)
         for a, slots in ((a2, two), (a3, three)):
             np.testing.assert_allclose(a, alpha, rtol=1e-12, atol=1e-15)
-            np.testing.assert_allclose(slots.w, w, rtol=1e-12, atol=1e-14)
-    assert not np.shares_memory(one.w, w) and np.all(np.isfinite(one.w))
+            np.testing.assert_allclose(slots.to_real(slots.w), w, rtol=1e-12, atol=1e-14)
+    assert np.all(np.isfinite(one.w)) and one.buf[-1] == 0.0
 
 
 def test_count_columns_counts_entries_of_the_rows_given(problem):
@@ -272,7 +277,7 @@ def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
     else:
         slots = HotSlots(2, 2)
         slots.tag()
-        args += (slots.buf, 2, rows, 1.0, slots.stride, 2, 1, 0.0, np.empty(4, np.int64), 1, 1)
+        args += (slots.buf, 2, slots.n_slots, rows, 1.0, slots.stride, 2, 1, 0.0, 0, 1)
     fresh(*args)
     loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
