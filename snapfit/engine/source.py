@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -122,11 +123,11 @@ class ChunkSource(ABC):
         """What names the data in a checkpoint: the files and their sizes, or a hash of the
         arrays (one pass over them)."""
 
-    def relabel(self, code: np.ndarray | None) -> None:
+    def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
         """From now on deliver chunks whose feature ids ``j < len(code)`` read ``code[j]``
         (``cpu.relabel``: threads sharing ``w`` run in their own feature order, see
         ``snapfit.engine.shared``); ``None``: the stored ids again. Never changes the caller's
-        data."""
+        data; work done now may use ``n_threads`` threads."""
         raise NotImplementedError(f"{type(self).__name__} cannot relabel feature ids")
 
     def close(self) -> None:  # noqa: B027 - a no-op unless overridden
@@ -147,9 +148,10 @@ class InMemorySource(ChunkSource):
         self.n_features = int(n_features)
         self._stored: list[Chunk] | None = None  # the chunks as given, while relabeled
 
-    def relabel(self, code: np.ndarray | None) -> None:
+    def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
         """Relabeled copies of the indices (4 bytes per stored value; the chunks may be views
-        of the caller's arrays, which are never written); ``None`` gives the chunks back."""
+        of the caller's arrays, which are never written), made by ``n_threads`` threads (a
+        4M-row chunk is cut into pieces for them); ``None`` gives the chunks back."""
         if self.device_resident:
             raise NotImplementedError("chunks on a device are not relabeled")
         if self._stored is None:
@@ -157,12 +159,19 @@ class InMemorySource(ChunkSource):
         if code is None:
             self.chunks, self._stored = self._stored, None
             return
-        out = []
-        for c in self._stored:
-            indices = np.array(c.indices, dtype=np.int32)
-            cpu.relabel(indices, code)
-            out.append(c._replace(indices=indices))
-        self.chunks = out
+        copies = [np.empty(c.nnz, dtype=np.int32) for c in self._stored]
+        jobs = []
+        for c, out in zip(self._stored, copies, strict=True):
+            ids = c.indices[: c.nnz]
+            step = max(1 << 20, -(-len(ids) // max(1, n_threads)))
+            jobs += [(ids[lo : lo + step], out[lo : lo + step]) for lo in range(0, len(ids), step)]
+        if n_threads > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(n_threads) as pool:  # the kernel releases the GIL
+                list(pool.map(lambda job: cpu.relabeled(job[0], code, job[1]), jobs))
+        else:
+            for ids, out in jobs:
+                cpu.relabeled(ids, code, out)
+        self.chunks = [c._replace(indices=out) for c, out in zip(self._stored, copies, strict=True)]
 
     @property
     def n_chunks(self) -> int:

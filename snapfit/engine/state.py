@@ -173,6 +173,18 @@ class DualState:
             out = self._out.setdefault(k, self.alpha[lo:hi])
         return out
 
+    @property
+    def lazy_norms(self) -> bool:
+        """True when some chunk's norms are still to be computed here, in memory (a
+        ``fill_sqnorm`` pass can do them all at once)."""
+        return self._spill is None and len(self.sqnorm) > 0 and not self.has_sqnorm.all()
+
+    def fill_sqnorm(self, k: int, chunk, lo: int, hi: int) -> None:
+        """Norms of rows ``[lo, hi)`` of chunk ``k`` (in memory; the caller marks the chunk
+        done once all its rows are: ``has_sqnorm``)."""
+        off = int(self.offsets[k])
+        cpu.row_sqnorms(*cpu.chunk_args(chunk, lo, hi)[:4], self.sqnorm[off + lo : off + hi])
+
     def sqnorm_of(self, k: int, chunk) -> np.ndarray:
         """Row norms of chunk ``k``, computed on first use."""
         lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])

@@ -39,7 +39,7 @@ from snapfit.engine.source import ChunkSource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
 from snapfit.engine.units import CpuUnit, SharedCpuUnit, Unit
-from snapfit.engine.workers import Item, ThreadGroup, item_rows, plan_epoch
+from snapfit.engine.workers import Item, ThreadGroup, item_rows, item_span, plan_epoch
 from snapfit.solvers import cpu
 
 # Keys that keep the random choices of different passes of one epoch apart.
@@ -124,13 +124,14 @@ class Trainer:
         names = [f"snapfit-gpu-{i}" for i in devices.gpu_ids]
         names += [f"snapfit-cpu-{t}" for t in range(devices.n_cpu)]
         self._group = ThreadGroup(self.k, names)
-        self._counting = 0.0  # the one counting pass of a fit is charged to its first epoch
+        self._setup = 0.0  # seconds of the set-up passes, charged to the first epoch
         try:
             self._group.each(lambda t: self.units[t].bind())
+            t0 = time.perf_counter()
             if self.slots is not None:
-                t0 = time.perf_counter()
                 self._choose_hot()
-                self._counting = time.perf_counter() - t0
+            self._norms()
+            self._setup = time.perf_counter() - t0
         except BaseException:
             self._group.close()
             raise
@@ -206,14 +207,24 @@ class Trainer:
         return np.array([u.reads_device or not on_device for u in self.units])
 
     def _whole_plan(self) -> tuple[list[int], list[list[Item]]]:
-        """Every chunk once and whole, dealt round-robin to the units that can read it."""
+        """Every chunk once, dealt round-robin to the units that can read it; CPU threads
+        alone with fewer than two chunks each cut every chunk in one contiguous span per
+        thread (all threads busy on one big in-memory chunk: these passes are sums over rows)."""
         order = list(range(self.source.n_chunks))
+        self.source.begin_epoch(order)
         readers = [u for u, ok in enumerate(self._readers()) if ok]
         plan: list[list[Item]] = [[] for _ in range(self.k)]
+        if not self.has_gpu and len(order) < 2 * len(readers):
+            for k in order:
+                n = self.source.chunk_rows(k)
+                for i, u in enumerate(readers):
+                    lo, hi = i * n // len(readers), (i + 1) * n // len(readers)
+                    if hi > lo:
+                        plan[u].append(Item(k, u, len(plan[u]), lo, hi))
+            return order, plan
         for i, k in enumerate(order):
             u = readers[i % len(readers)]
             plan[u].append(Item(k, u, len(plan[u])))
-        self.source.begin_epoch(order)
         return order, plan
 
     def _run(self, order, plan, fn):
@@ -283,17 +294,39 @@ class Trainer:
         order, plan = self._whole_plan()
         self._group.each(lambda t: self.units[t].view.fill(0.0))
 
+        norms = self.state.lazy_norms
+
         def count(t, item, chunk):
             self.units[t].count(item, chunk)
+            if norms:  # the same pass computes the rows' norms
+                self.state.fill_sqnorm(item.k, chunk, *item_span(item, chunk.n_rows))
             return [(item, ())]
 
         self._run(order, plan, count)
+        if norms:
+            self.state.has_sqnorm[:] = True
         counts = self.units[0].counts
         for unit in self.units[1:]:
             counts += unit.counts
         code = self.slots.choose(counts, self.state.n_rows)
         if len(self.slots.hot):
-            self.source.relabel(code)
+            self.source.relabel(code, n_threads=self.k)
+
+    def _norms(self) -> None:
+        """Every row's ``||x_i||^2`` in one pass, the CPU threads in parallel (each its span of
+        a big chunk), instead of in the first epoch, where every thread of a cut chunk would
+        compute all of its norms (0.86 s per 4M Criteo-40 rows, each)."""
+        st = self.state
+        if self.has_gpu or not st.lazy_norms:
+            return
+        order, plan = self._whole_plan()
+
+        def norms(t, item, chunk):
+            st.fill_sqnorm(item.k, chunk, *item_span(item, chunk.n_rows))
+            return [(item, ())]
+
+        self._run(order, plan, norms)
+        st.has_sqnorm[:] = True
 
     def warm_start(self, w0: np.ndarray) -> None:
         """Start from the dual point paired with ``w0`` (over the data's features, intercept
@@ -357,7 +390,7 @@ class Trainer:
         if not self._chosen:
             self._residency()
         shared = self.slots is not None
-        counting, self._counting = self._counting, 0.0
+        counting, self._setup = self._setup, 0.0
         order, plan = self._plan(_EPOCH_KEY)
         w0 = self.w.copy() if self.sigma != self.devices.cocoa_units else None
         self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])))

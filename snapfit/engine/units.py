@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from snapfit.engine.workers import Item
+from snapfit.engine.workers import Item, item_span
 from snapfit.solvers import cpu
 
 
@@ -114,7 +114,7 @@ class CpuUnit(Unit):
         return self.view, None
 
     def warm(self, item, chunk, alpha, w0):
-        host_warm(self.p, chunk, alpha, w0, self.view)
+        host_warm(self.p, chunk, alpha, w0, self.view, *item_span(item, chunk.n_rows))
 
 
 class SharedCpuUnit(CpuUnit):
@@ -143,15 +143,16 @@ class SharedCpuUnit(CpuUnit):
         return self.view[: self.slots.d].view(np.int64)
 
     def count(self, item, chunk) -> None:
-        """Add the chunk's column counts into ``counts``."""
-        cpu.count_columns(chunk.indptr, chunk.indices, self.counts)
-
-    def warm(self, item, chunk, alpha, w0):
-        host_warm(self.p, chunk, alpha, w0, self.view)
+        """Add the column counts of the item's rows into ``counts``."""
+        lo, hi = item_span(item, chunk.n_rows)
+        cpu.count_columns(chunk.indptr[lo : hi + 1], chunk.indices, self.counts)
 
 
-def host_warm(p, chunk, alpha, w0, out: np.ndarray) -> None:
-    """``alpha`` from the margins at ``w0`` (if given), then ``out += w(alpha)`` of ``chunk``."""
+def host_warm(p, chunk, alpha, w0, out: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
+    """``alpha`` from the margins at ``w0`` (if given), then ``out += w(alpha)``, over rows
+    ``[lo, hi)`` of ``chunk`` (all by default)."""
+    hi = chunk.n_rows if hi is None else hi
+    args = cpu.chunk_args(chunk, lo, hi)
     if w0 is not None:
-        cpu.alpha_from_margins(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, w0, alpha)
-    cpu.accumulate_w(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha, out)
+        cpu.alpha_from_margins(*args, p.c_pos, p.c_neg, p.bias, w0, alpha[lo:hi])
+    cpu.accumulate_w(*args, p.c_pos, p.c_neg, p.bias, alpha[lo:hi], out)

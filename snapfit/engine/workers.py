@@ -82,6 +82,12 @@ def plan_epoch(
     return order, per_thread
 
 
+def item_span(item: Item, n_rows: int) -> tuple[int, int]:
+    """``(lo, hi)``: the contiguous rows of ``item`` (the whole chunk for an item without a
+    span; only whole-data passes, which never slice, use it)."""
+    return (0, n_rows) if item.lo is None else (item.lo, item.hi)
+
+
 def item_rows(item: Item, n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
     """The rows of ``item`` in their visiting order, from ``key`` (seed, epoch) alone."""
     if item.lo is None:

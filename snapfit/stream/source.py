@@ -367,7 +367,7 @@ class StreamSource(ChunkSource):
             cpu.relabel(indices, code)  # in the prefetch thread, like the rest of the assembly
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
-    def relabel(self, code: np.ndarray | None) -> None:
+    def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
         """Each chunk is relabeled as it is assembled into its buffer (resident pieces are kept
         as stored, so ``None`` needs nothing undone). Call between epochs."""
         self._code = code

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from snapfit.data.chunk import Chunk
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer, shared
 from snapfit.engine.shared import HotSlots, choose_hot
 from snapfit.inputs import csr_chunks
@@ -148,3 +149,19 @@ def test_the_fit_runs_on_relabeled_copies_and_gives_the_source_its_chunks_back()
     np.testing.assert_array_equal(X.indices, before)
     assert all(a is b for a, b in zip(tr.source.chunks, given, strict=True))
     assert tr.source._stored is None and w[0] != 0.0
+
+
+def test_an_in_memory_source_relabels_copies_in_pieces_on_several_threads():
+    rng = np.random.default_rng(1)
+    d, nnz = 5000, 2_500_000  # more than one 2^20-entry piece per thread
+    ids = rng.integers(0, d, nnz).astype(np.int32)
+    chunk = Chunk(np.array([0, nnz // 2, nnz], np.int64), ids, None,
+                  np.ones(2, np.float32), None)  # fmt: skip
+    src = InMemorySource([chunk], d)
+    code = np.arange(d, dtype=np.int32)
+    code[[3, 70]] = [d, d + 1]
+    src.relabel(code, n_threads=2)
+    np.testing.assert_array_equal(src.chunks[0].indices, code[ids])
+    assert not np.shares_memory(src.chunks[0].indices, ids) and (ids == 3).any()
+    src.relabel(None)
+    assert src.chunks[0] is chunk
