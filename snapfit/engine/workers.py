@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from snapfit.data.chunk import Chunk
+from snapfit.solvers.cpu import prefetch as _prefetch
 
 
 @dataclass
@@ -99,18 +100,46 @@ def item_rows(item: Item, n_rows: int, bucket_rows: int, key: list[int]) -> np.n
     return row_order(item.hi - item.lo, bucket_rows, [*key, item.k, item.lo]) + item.lo
 
 
+#: Swaps drawn ahead in ``_shuffled`` (their entries prefetched meanwhile).
+_AHEAD = 16
+
+
+@njit(inline="always", nogil=True)
+def _partner(x, i):
+    """The next splitmix64 state after ``x`` and the swap partner in ``[0, i]`` it draws (the
+    top 53 bits as a float in [0, 1), scaled)."""
+    x += np.uint64(0x9E3779B97F4A7C15)
+    z = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return x, np.int64(np.float64(z >> np.uint64(11)) * 1.1102230246251565e-16 * (i + 1))
+
+
 @njit(nogil=True, cache=True)
 def _shuffled(n, key):
-    """``0..n-1`` in the order of a Fisher-Yates shuffle driven by splitmix64 from ``key``."""
+    """``0..n-1`` in the order of a Fisher-Yates shuffle driven by splitmix64 from ``key``.
+
+    The partners do not depend on the array, so they are drawn ``_AHEAD`` swaps early and their
+    entries prefetched: each swap's random access was a cache miss (32 MB of int64 for 4M
+    rows), 0.08-0.15 s per 4M rows, which every thread of a cut chunk paid every epoch."""
     out = np.arange(n)
     x = np.uint64(key)
+    ring = np.empty(_AHEAD, np.int64)
+    nxt = n - 1  # the next i whose partner is drawn
+    for s in range(min(_AHEAD, max(n - 1, 0))):
+        x, j = _partner(x, nxt)
+        ring[s] = j
+        _prefetch(out, j)
+        nxt -= 1
+    s = 0
     for i in range(n - 1, 0, -1):
-        x += np.uint64(0x9E3779B97F4A7C15)
-        z = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-        # top 53 bits as a float in [0, 1), scaled: an index in [0, i]
-        j = np.int64(np.float64(z >> np.uint64(11)) * 1.1102230246251565e-16 * (i + 1))
+        j = ring[s]
+        if nxt >= 1:
+            x, ahead = _partner(x, nxt)
+            ring[s] = ahead
+            _prefetch(out, ahead)
+            nxt -= 1
+        s = s + 1 if s + 1 < _AHEAD else 0
         t = out[i]
         out[i] = out[j]
         out[j] = t

@@ -33,7 +33,8 @@ alpha_at_margin = _math.alpha_at_margin
 def _prefetch(typingctx, arr, idx):
     """``llvm.prefetch`` of ``arr[idx]`` (read, high locality, data cache).
 
-    Used by ``cd_pass`` and ``prefetch_row`` to hide the cache misses of random accesses.
+    Used by ``cd_pass`` and ``prefetch_row`` to hide the cache misses of random accesses
+    (and by ``snapfit.engine.workers``' shuffle, as ``prefetch``).
     """
     sig = types.void(arr, idx)
 
@@ -57,6 +58,9 @@ def _prefetch(typingctx, arr, idx):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+prefetch = _prefetch
 
 
 @_inline

@@ -73,3 +73,23 @@ def test_units_that_defer_completion_never_starve_the_source():
     finally:
         group.close()
     assert sorted(it.k for it, _ in done) == list(range(n))
+
+
+def test_shuffle_drawing_partners_ahead_is_the_plain_fisher_yates():
+    """The prefetching shuffle draws the same partners as the plain loop (rows orders, and so
+    every fit and checkpoint, are unchanged by it), at every length around its look-ahead."""
+    from snapfit.engine.workers import _AHEAD, _shuffled
+
+    def plain(n, key):
+        out, x, mask = np.arange(n), key, (1 << 64) - 1
+        for i in range(n - 1, 0, -1):
+            x = (x + 0x9E3779B97F4A7C15) & mask
+            z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+            z ^= z >> 31
+            j = int(float(z >> 11) * 1.1102230246251565e-16 * (i + 1))
+            out[i], out[j] = out[j], out[i]
+        return out
+
+    for n in [0, 1, 2, _AHEAD - 1, _AHEAD, _AHEAD + 1, _AHEAD + 2, 1000]:
+        np.testing.assert_array_equal(_shuffled(n, 12345), plain(n, 12345))
