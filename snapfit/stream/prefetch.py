@@ -1,7 +1,11 @@
-"""A reader thread that fills reusable buffers ahead of the solver (double buffering).
+"""Reader threads that fill reusable buffers ahead of the solver (double buffering).
 
-The reader walks the epoch's chunk order, takes a free buffer from the pool (blocking only while
-all buffers are in use by the solver), reads the chunk into it and queues it. Every blocking
+A reader takes the next chunk of the epoch's order and a free buffer for it (blocking only while
+all buffers are in use by the solver; chunks take their buffers in order, so a later chunk
+never holds the buffer an earlier one waits for), reads the chunk into it and hands it over;
+the consumer gets the chunks in order whichever reader finished first. Two readers overlap one
+chunk's disk reads with another's decoding: at a Criteo day's scale the epochs wait on the
+reader. Every blocking
 wait in here uses a short timeout and re-checks the stop flag and the reader's error, so a
 failing or stuck reader surfaces in the caller as an exception, never as a hang.
 """
@@ -59,7 +63,7 @@ class BufferPool:
 
 
 class Prefetcher:
-    """Reads ``order`` ahead on one thread; :meth:`get` returns chunks in that order.
+    """Reads ``order`` ahead on ``n_readers`` threads; :meth:`get` returns chunks in that order.
 
     ``read(k, buffer)`` fills a pool buffer; ``read_owned(k)`` reads into fresh memory (for
     chunks that will stay resident). ``stall_timeout`` bounds how long :meth:`get` waits for one
@@ -76,6 +80,7 @@ class Prefetcher:
         read_owned: Callable[[int], object] | None = None,
         where: Callable[[int], str] = str,
         stall_timeout: float = 600.0,
+        n_readers: int = 1,
     ):
         self.order = list(order)
         self.pool = pool
@@ -84,46 +89,58 @@ class Prefetcher:
         self._read_owned = read_owned
         self._where = where
         self.stall_timeout = stall_timeout
-        self._ready: queue.Queue = queue.Queue()
+        self._done: dict[int, object] = {}  # chunk id -> its chunk, until get() takes it
+        self._cond = threading.Condition()
+        self._take = threading.Lock()  # held while a reader takes a chunk and its buffer
+        self._next = 0  # position in order of the next chunk to take
+        self._due = 0  # position in order of the next chunk get() returns
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self.read_seconds = 0.0  # reader busy time (excludes waiting for buffers)
+        self.read_seconds = 0.0  # readers' busy time (excludes waiting for buffers)
         self.wait_seconds = 0.0  # consumer time blocked in get()
-        self._thread = threading.Thread(target=self._run, name="snapfit-reader", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"snapfit-reader-{i}", daemon=True)
+            for i in range(max(1, int(n_readers)))
+        ]
+        for t in self._threads:
+            t.start()
 
     def _run(self) -> None:
         try:
-            for k in self.order:
-                if k in self._owned:
-                    t0 = time.perf_counter()
-                    chunk = self._read_owned(k)
-                else:
-                    buf = self.pool.acquire(k, self._stop)
-                    if buf is None:
+            while not self._stop.is_set():
+                with self._take:
+                    if self._next >= len(self.order):
                         return
-                    t0 = time.perf_counter()
-                    chunk = self._read(k, buf)
-                self.read_seconds += time.perf_counter() - t0
-                self._ready.put((k, chunk))
-                if self._stop.is_set():
-                    return
+                    k = self.order[self._next]
+                    self._next += 1
+                    buf = None if k in self._owned else self.pool.acquire(k, self._stop)
+                    if buf is None and k not in self._owned:
+                        return
+                t0 = time.perf_counter()
+                chunk = self._read_owned(k) if buf is None else self._read(k, buf)
+                with self._cond:
+                    self.read_seconds += time.perf_counter() - t0
+                    self._done[k] = chunk
+                    self._cond.notify_all()
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             self._error = e
 
     def get(self, k: int):
-        """The next chunk, which must be ``k``; re-raises the reader's error."""
+        """The next chunk, which must be ``k``; re-raises a reader's error."""
         t0 = time.perf_counter()
         try:
+            if self._due >= len(self.order) or self.order[self._due] != k:
+                raise ResourceError(f"chunk {k} was asked for out of the epoch's order (a bug).")
             while True:
-                try:
-                    got, chunk = self._ready.get(timeout=_POLL)
-                    break
-                except queue.Empty:
-                    pass
+                with self._cond:
+                    if k in self._done:
+                        chunk = self._done.pop(k)
+                        self._due += 1
+                        break
+                    self._cond.wait(_POLL)
                 if self._error is not None:
                     raise self._error
-                if not self._thread.is_alive() and self._ready.empty():
+                if not any(t.is_alive() for t in self._threads) and k not in self._done:
                     raise ResourceError(
                         f"the reader thread stopped before delivering chunk {k} "
                         f"({self._where(k)}); this is a bug, please report it."
@@ -136,13 +153,12 @@ class Prefetcher:
                     )
         finally:
             self.wait_seconds += time.perf_counter() - t0
-        if got != k:
-            raise ResourceError(f"the reader delivered chunk {got} where {k} was due (a bug).")
         return chunk
 
     def close(self) -> None:
         """Stop the reader and wait for it (it notices within one poll interval)."""
         self._stop.set()
         deadline = time.perf_counter() + 30
-        while self._thread.is_alive() and time.perf_counter() < deadline:
-            self._thread.join(_POLL)
+        for t in self._threads:
+            while t.is_alive() and time.perf_counter() < deadline:
+                t.join(_POLL)

@@ -71,6 +71,9 @@ MIN_BUFFERED_CHUNK_ROWS = 1 << 14
 #: Free space the cache leaves on the temp disk (other files, the spilled duals).
 DISK_MARGIN = 0.05
 
+#: Reader threads assembling chunks from the cache (see ``snapfit.stream.prefetch``).
+READERS = 2
+
 
 @dataclass
 class Live:
@@ -362,14 +365,12 @@ class StreamSource(ChunkSource):
                 indptr[r0 + 1 : r0 + m + 1] += z0
             self.state.read_alpha(int(offsets[p]), alpha[rows])
             r0, z0 = r0 + m, z0 + z
-        code = self._code
-        if code is not None:
-            cpu.relabel(indices, code)  # in the prefetch thread, like the rest of the assembly
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
     def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
-        """Each chunk is relabeled as it is assembled into its buffer (resident pieces are kept
-        as stored, so ``None`` needs nothing undone). Call between epochs."""
+        """Each chunk is relabeled in its buffer as it is handed out, by the consuming thread
+        (resident pieces are kept as stored, so ``None`` needs nothing undone). Call between
+        epochs."""
         self._code = code
 
     def begin_epoch(self, order: Sequence[int]) -> None:
@@ -399,11 +400,17 @@ class StreamSource(ChunkSource):
             self.pool,
             lambda k, buf: self._assemble(k, buf, groups, resident),
             where=lambda k: self.cache.where(groups[k]),
+            # Cache reads are thread-safe (preadv, per-thread scratch); the Parquet decoder
+            # feeds one reader.
+            n_readers=READERS if self.mode == "cache" else 1,
         )
         t0 = time.perf_counter()
         try:
             for k in order:
                 live = pf.get(k)
+                if self._code is not None:
+                    # Here, not in the prefetch thread: at scale the epochs wait on that one.
+                    cpu.relabel(live.chunk.indices, self._code)
                 self._live[k] = live
                 yield k, live.chunk
         finally:
