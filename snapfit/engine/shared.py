@@ -132,7 +132,6 @@ class HotSlots:
         self.buf = np.zeros(self.top + 1 + 2 * self.n_threads * self.stride + 1)
         self.w = self.buf[: self.top + 1]
         self.hot = np.zeros(0, dtype=np.int64)  # original ids; hot[h] is id d + h
-        self.chosen = False
 
     def choose(self, counts: np.ndarray, n_rows: int) -> np.ndarray:
         """Fix the hot set from the column counts of every row (once, before the first pass);
@@ -146,7 +145,6 @@ class HotSlots:
             raise ValueError(f"{len(hot)} hot features; at most {MAX_HOT}")
         real = self.to_real(self.w)
         self.hot = hot
-        self.chosen = True
         self.w[:] = self.to_ext(real)
         code = np.arange(self.d, dtype=np.int32)
         code[hot] = self.d + np.arange(len(hot), dtype=np.int32)

@@ -167,10 +167,10 @@ class InMemorySource(ChunkSource):
             jobs += [(ids[lo : lo + step], out[lo : lo + step]) for lo in range(0, len(ids), step)]
         if n_threads > 1 and len(jobs) > 1:
             with ThreadPoolExecutor(n_threads) as pool:  # the kernel releases the GIL
-                list(pool.map(lambda job: cpu.relabeled(job[0], code, job[1]), jobs))
+                list(pool.map(lambda job: cpu.relabel(job[0], code, job[1]), jobs))
         else:
             for ids, out in jobs:
-                cpu.relabeled(ids, code, out)
+                cpu.relabel(ids, code, out)
         self.chunks = [c._replace(indices=out) for c, out in zip(self._stored, copies, strict=True)]
 
     @property

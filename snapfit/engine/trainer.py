@@ -128,9 +128,7 @@ class Trainer:
         try:
             self._group.each(lambda t: self.units[t].bind())
             t0 = time.perf_counter()
-            if self.slots is not None:
-                self._choose_hot()
-            self._norms()
+            self._prepare()
             self._setup = time.perf_counter() - t0
         except BaseException:
             self._group.close()
@@ -288,45 +286,37 @@ class Trainer:
         if self.drifted:
             self._sum_pass(None)
 
-    def _choose_hot(self) -> None:
-        """Count every feature's rows in one pass (each thread its chunks), fix the hot
-        coordinates of the threads sharing ``w`` and have the source relabel them."""
+    def _prepare(self) -> None:
+        """One pass over the data before the first epoch, the CPU threads in parallel (each
+        its span of a big chunk, ``_whole_plan``): the rows' norms when the state computes them
+        (in the first epoch every thread of a cut chunk would compute all of its norms: 0.86 s
+        per 4M Criteo-40 rows, each), and for threads sharing ``w`` every feature's row count,
+        which fixes the hot coordinates; the source then relabels them."""
+        count = self.slots is not None
+        norms = not self.has_gpu and self.state.lazy_norms
+        if not (count or norms):
+            return
         order, plan = self._whole_plan()
-        self._group.each(lambda t: self.units[t].view.fill(0.0))
+        if count:
+            self._group.each(lambda t: self.units[t].view.fill(0.0))
 
-        norms = self.state.lazy_norms
-
-        def count(t, item, chunk):
-            self.units[t].count(item, chunk)
-            if norms:  # the same pass computes the rows' norms
+        def prepare(t, item, chunk):
+            if count:
+                self.units[t].count(item, chunk)
+            if norms:
                 self.state.fill_sqnorm(item.k, chunk, *item_span(item, chunk.n_rows))
             return [(item, ())]
 
-        self._run(order, plan, count)
+        self._run(order, plan, prepare)
         if norms:
             self.state.has_sqnorm[:] = True
-        counts = self.units[0].counts
-        for unit in self.units[1:]:
-            counts += unit.counts
-        code = self.slots.choose(counts, self.state.n_rows)
-        if len(self.slots.hot):
-            self.source.relabel(code, n_threads=self.k)
-
-    def _norms(self) -> None:
-        """Every row's ``||x_i||^2`` in one pass, the CPU threads in parallel (each its span of
-        a big chunk), instead of in the first epoch, where every thread of a cut chunk would
-        compute all of its norms (0.86 s per 4M Criteo-40 rows, each)."""
-        st = self.state
-        if self.has_gpu or not st.lazy_norms:
-            return
-        order, plan = self._whole_plan()
-
-        def norms(t, item, chunk):
-            st.fill_sqnorm(item.k, chunk, *item_span(item, chunk.n_rows))
-            return [(item, ())]
-
-        self._run(order, plan, norms)
-        st.has_sqnorm[:] = True
+        if count:
+            counts = self.units[0].counts
+            for unit in self.units[1:]:
+                counts += unit.counts
+            code = self.slots.choose(counts, self.state.n_rows)
+            if len(self.slots.hot):
+                self.source.relabel(code, n_threads=self.k)
 
     def warm_start(self, w0: np.ndarray) -> None:
         """Start from the dual point paired with ``w0`` (over the data's features, intercept

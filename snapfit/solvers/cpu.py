@@ -395,24 +395,14 @@ def cd_pass_shared(
 
 
 @njit(nogil=True, cache=True)
-def relabeled(indices, code, out):
-    """``out`` = ``indices`` relabeled (``relabel``) in one pass: the copy an in-memory source
-    keeps, made without first copying the caller's ids."""
+def relabel(indices, code, out):
+    """``out[k] = code[indices[k]]`` for every id below ``len(code)``, the id itself otherwise
+    (it is relabeled already: relabeling twice is relabeling once). ``out`` may be
+    ``indices`` (in place, a streamed chunk's buffer) or a copy (an in-memory source's)."""
     d = len(code)
     for k in range(len(indices)):
         j = indices[k]
         out[k] = code[j] if j < d else j
-
-
-@njit(nogil=True, cache=True)
-def relabel(indices, code):
-    """``indices[k] = code[indices[k]]`` for every id below ``len(code)``; ids at or above it
-    are already relabeled and stay, so relabeling twice is relabeling once."""
-    d = len(code)
-    for k in range(len(indices)):
-        j = indices[k]
-        if j < d:
-            indices[k] = code[j]
 
 
 @njit(nogil=True, cache=True)

@@ -410,7 +410,8 @@ class StreamSource(ChunkSource):
                 live = pf.get(k)
                 if self._code is not None:
                     # Here, not in the prefetch thread: at scale the epochs wait on that one.
-                    cpu.relabel(live.chunk.indices, self._code)
+                    ids = live.chunk.indices
+                    cpu.relabel(ids, self._code, ids)
                 self._live[k] = live
                 yield k, live.chunk
         finally:

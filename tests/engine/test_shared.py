@@ -48,10 +48,10 @@ def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
     np.testing.assert_array_equal(slots.hot, [0, 2])
     np.testing.assert_array_equal(slots.to_real(slots.w), real)
     indices = np.array([0, 1, 2, 3, 5, 2], np.int32)
-    cpu.relabel(indices, code)
+    cpu.relabel(indices, code, indices)
     np.testing.assert_array_equal(indices, [6, 1, 7, 3, 5, 7])
     again = indices.copy()
-    cpu.relabel(again, code)  # relabeling twice is relabeling once
+    cpu.relabel(again, code, again)  # relabeling twice is relabeling once
     np.testing.assert_array_equal(again, indices)
     counts = np.zeros(6, np.int64)
     cpu.count_columns(np.array([0, 6], np.int64), indices, counts)  # relabeled ids are skipped

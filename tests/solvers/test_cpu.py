@@ -108,7 +108,7 @@ def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, code):
     (in the slots' feature order)."""
     Xr = sp.csr_matrix(X)
     Xr.indices = Xr.indices.astype(np.int32)
-    cpu.relabel(Xr.indices, code)
+    cpu.relabel(Xr.indices, code, Xr.indices)
     slots.tag()
     for t, rows in enumerate(parts):
         cpu.cd_pass_shared(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
@@ -129,7 +129,7 @@ def test_shared_threads_read_each_others_published_slots_only():
         slots = HotSlots(2, 2)
         code = slots.set_hot([0])  # feature 0 (id 2 from now on); feature 1 stays cold
         Xr = X.copy()
-        cpu.relabel(Xr.indices, code)
+        cpu.relabel(Xr.indices, code, Xr.indices)
         slots.tag()
         rows = slots._rows()  # own rows, then published ones
         rows[0, 0] += unpublished  # thread 0's own slot of feature 0
