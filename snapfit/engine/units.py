@@ -104,7 +104,7 @@ class CpuUnit(Unit):
 
     def objective(self, item, chunk, alpha, w, layout):
         p = self.p
-        lo, hi = (0, chunk.n_rows) if item.lo is None else (item.lo, item.hi)
+        lo, hi = item_span(item, chunk.n_rows)
         result = cpu.chunk_objective(
             *cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha[lo:hi], w
         )

@@ -84,8 +84,8 @@ def plan_epoch(
 
 
 def item_span(item: Item, n_rows: int) -> tuple[int, int]:
-    """``(lo, hi)``: the contiguous rows of ``item`` (the whole chunk for an item without a
-    span; only whole-data passes, which never slice, use it)."""
+    """``(lo, hi)``: the item's rows as a range of its chunk (the whole chunk for an item
+    without a span; passes that slice a chunk's permutation use ``item_rows``)."""
     return (0, n_rows) if item.lo is None else (item.lo, item.hi)
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from numba.cuda.cudadrv.driver import device_memset
 
 from snapfit.engine.units import Unit, host_warm
+from snapfit.engine.workers import item_span
 from snapfit.gpu.backend import Backend, backend_name, choose_backend
 from snapfit.gpu.data import (
     DeviceChunk,
@@ -259,7 +260,7 @@ class GpuUnit(Unit):
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout) -> list:
         start = time.perf_counter()
-        lo, hi = _span(item, chunk)
+        lo, hi = item_span(item, chunk.n_rows)
         dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, rows)
         lp = self._launch(len(rows), dc)
         p = self.p
@@ -290,7 +291,7 @@ class GpuUnit(Unit):
         """Exact ``(loss, entropy, gap)`` of the item's rows at the uploaded ``w``
         (``begin(w, n, width=3)``) into result row ``item.seq``."""
         start = time.perf_counter()
-        lo, hi = _span(item, chunk)
+        lo, hi = item_span(item, chunk.n_rows)
         dc, s = self._stage(item.k, chunk, None, alpha, lo, hi, layout, None)
         lp = self._launch(hi - lo, dc)
         p = self.p
@@ -496,8 +497,3 @@ def pool_limit(budget: float) -> float:
     start's ``w0``, an allocator's rounding: CuPy's pool rounds every block up to 512 bytes).
     The cap is a backstop: past it an allocation is a ``ResourceError``, not a device OOM."""
     return budget + 2**20 + 0.01 * budget
-
-
-def _span(item, chunk) -> tuple[int, int]:
-    """The item's rows as a range of the chunk (a CPU-plan item covers the whole chunk)."""
-    return (0, chunk.n_rows) if item.lo is None else (item.lo, item.hi)

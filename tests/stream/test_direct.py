@@ -42,7 +42,7 @@ def test_epoch_delivers_every_row_once(small_parquet):
 @pytest.mark.parametrize("mode", ["parquet", "cache"])
 def test_reaches_the_in_memory_optimum(small_parquet, mode):
     ds = Dataset(small_parquet)
-    # threads sharing w (features relabeled as the chunks are assembled), in memory and
+    # threads sharing w (features relabeled as the chunks are handed out), in memory and
     # streamed from a source that re-deals its pieces
     kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
