@@ -255,11 +255,25 @@ def cd_pass(
     return gap, ent
 
 
+@njit(inline="always", nogil=True)
+def tier_end(ends, rounds):
+    """How many hot slots the ``rounds``-th publication copies (``cd_pass_shared``): tier
+    ``t``'s end ``ends[t]`` when ``rounds`` is a multiple of ``4**t`` (the largest such ``t``)."""
+    m = ends[0]
+    tier = 1
+    period = 4
+    while tier < len(ends) and rounds % period == 0:
+        m = ends[tier]
+        tier += 1
+        period *= 4
+    return m
+
+
 @njit(nogil=True, cache=True)
 def cd_pass_shared(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, sqnorm, alpha, buf, d, n_slots, rows, sigma, stride, n_threads, me,
-    hot_damp, n_hot, every,
+    hot_damp, ends, every,
 ):  # fmt: skip
     """``cd_pass`` for threads that share one ``w``: cold entries in place, hot ones in slots.
 
@@ -272,10 +286,12 @@ def cd_pass_shared(
     Hogwild-style; a race that loses an update is rare and repaired by the engine's
     ``w = w(alpha)`` rebuild. An entry with ``j >= d`` is *hot* (as is the intercept): this
     thread adds its moves to its own slot ``j - d`` only, so no hot update is lost, and reads
-    its own slot plus the other threads' *published* slots: every ``every`` rows, and at the
-    end of the call, a thread copies its slots ``0 .. n_hot - 1`` and the intercept's to its
-    published row. Reads then miss at most ``every`` rows of each other thread's moves, and the
-    hot lines cross between cores once per ``every`` rows instead of at every row.
+    its own slot plus the other threads' *published* slots: a thread copies its slots to its
+    published row in tiers, the intercept and slots ``0 .. ends[0] - 1`` every ``every`` rows,
+    slots ``0 .. ends[t] - 1`` every ``every * 4**t`` rows, all ``ends[-1]`` of them at the end
+    of the call. Hot ids are numbered most frequent first and ``HotSlots`` cuts the tiers by
+    frequency, so a read misses at most a row or so of the other threads' moves on any hot
+    coordinate, and the lines cross between cores once per publication, not at every row.
 
     Hot or cold is a compare on the index the loop has loaded anyway, and each entry reads
     ``buf[a] + buf[b]`` (``a`` its own slot or ``w[j]``, ``b`` the other thread's published
@@ -299,12 +315,15 @@ def cd_pass_shared(
     other = base + (n_threads + 1 - me) * stride  # the other thread's published row (pairs)
     zero = len(buf) - 1
     pair = n_threads == 2 and hot_damp == 0.0
+    n_hot = ends[len(ends) - 1]
     since = 0
+    rounds = 0
     for t in range(n):
         since += 1
         if since == every:
             since = 0
-            for h in range(d, d + n_hot):
+            rounds += 1
+            for h in range(d, d + tier_end(ends, rounds)):
                 buf[pub + h] = buf[own + h]
             buf[pub + top] = buf[own + top]
         if t + 3 < n:

@@ -11,11 +11,19 @@ from snapfit.inputs import csr_chunks
 from snapfit.solvers import cpu
 
 
-def test_hot_features_by_row_fraction_most_frequent_first(monkeypatch):
-    counts = np.array([0, 50, 11, 10, 9, 1000, 12])
-    np.testing.assert_array_equal(choose_hot(counts, n_rows=1000), [1, 2, 5, 6])
+def test_hot_features_most_frequent_first_in_tiers_by_row_fraction(monkeypatch):
+    counts = np.array([0, 50, 11, 10, 3, 1000, 12, 1, 2])
+    hot, ends = choose_hot(counts, n_rows=1000)
+    np.testing.assert_array_equal(hot, [5, 1, 6, 2, 3, 4, 8])  # in two rows or more
+    # > 1 % of the rows, > 0.25 %, > 0.0625 %, > 0.0156 %, the rest
+    np.testing.assert_array_equal(ends, [4, 6, 7, 7, 7])
     monkeypatch.setattr(shared, "MAX_HOT", 2)
-    np.testing.assert_array_equal(choose_hot(counts, n_rows=1000), [1, 5])
+    hot, ends = choose_hot(counts, n_rows=1000)
+    np.testing.assert_array_equal(hot, [5, 1])
+    np.testing.assert_array_equal(ends, [2, 2, 2, 2, 2])
+    slots = HotSlots(9, 2)
+    with pytest.raises(ValueError, match="tiers"):
+        slots.set_hot([5, 1], [1, 2])
 
 
 def test_tag_then_fold_gives_w_back_with_the_threads_moves():
@@ -45,11 +53,11 @@ def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
     slots.w[:] = slots.to_ext(real)  # no hot feature yet: the intercept is already last
     assert slots.w[-1] == 7.0 and not slots.w[6:-1].any()
     code = slots.choose(np.array([50, 0, 90, 1, 0, 0]), n_rows=100)
-    np.testing.assert_array_equal(slots.hot, [0, 2])
+    np.testing.assert_array_equal(slots.hot, [2, 0])
     np.testing.assert_array_equal(slots.to_real(slots.w), real)
     indices = np.array([0, 1, 2, 3, 5, 2], np.int32)
     cpu.relabel(indices, code, indices)
-    np.testing.assert_array_equal(indices, [6, 1, 7, 3, 5, 7])
+    np.testing.assert_array_equal(indices, [7, 1, 6, 3, 5, 6])
     again = indices.copy()
     cpu.relabel(again, code, again)  # relabeling twice is relabeling once
     np.testing.assert_array_equal(again, indices)
@@ -91,7 +99,8 @@ def test_sigma_counts_sharing_threads_as_one_unit():
         tr.close()
 
 
-def test_exact_check_rebuilds_w_of_alpha_after_lost_updates():
+def test_exact_check_rebuilds_w_of_alpha_after_lost_updates(monkeypatch):
+    monkeypatch.setattr(shared, "MAX_HOT", 1)
     tr, X, y = _trainer(True)
     try:
         for _ in range(3):
@@ -116,12 +125,12 @@ def test_exact_check_rebuilds_w_of_alpha_after_lost_updates():
 
 def test_a_larger_sigma_moves_w_by_its_share_as_one_view(monkeypatch):
     """As in a Dask part (sigma' = 2): the group's view moves by sigma' times the dual steps and
-    w by 1/sigma' of that, so w = w(alpha). Every feature hot here: no update can be lost."""
-    monkeypatch.setattr(shared, "HOT_FRACTION", 0.0)
+    w by 1/sigma' of that, so w = w(alpha). Every feature in two rows or more is hot here (the
+    others have one writer): no update can be lost."""
     tr, X, y = _trainer(True, n_cpu=2, sigma=2.0)
     try:
         tr.run_epoch()
-        assert len(tr.slots.hot) == len(np.unique(X.indices))
+        assert set(tr.slots.hot) == set(np.flatnonzero(np.bincount(X.indices) >= 2))
         exact = np.zeros(D + 1)
         args = (X.indptr.astype(np.int64), X.indices, X.data, True, y, cpu.EMPTY_F32, False)
         cpu.accumulate_w(*args, 1.0, 1.0, 1.0, tr.alpha(), exact)

@@ -113,7 +113,7 @@ def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, code):
     for t, rows in enumerate(parts):
         cpu.cd_pass_shared(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
                            slots.d, slots.n_slots, rows, 1.0, slots.stride, slots.n_threads, t,
-                           0.0, len(slots.hot), 7)  # fmt: skip
+                           0.0, slots.ends, 7)  # fmt: skip
     slots.fold()
 
 
@@ -137,13 +137,22 @@ def test_shared_threads_read_each_others_published_slots_only():
         alpha = np.zeros(2)
         cpu.cd_pass_shared(*chunk_args(Xr, None, y), 1.0, 1.0, 0.0, sq, alpha, slots.buf, 2,
                            slots.n_slots, np.array([0]), 1.0, slots.stride, 2, 1, 0.0,
-                           len(slots.hot), 64)  # fmt: skip
+                           slots.ends, 64)  # fmt: skip
         np.testing.assert_array_equal(rows[3], rows[1])  # published at the end
         assert rows[1, 0] != 0.0  # thread 1 moved feature 0 in its own slot
         return alpha[0]
 
     assert thread1_alpha(5.0, 0.0) == thread1_alpha(0.0, 0.0)
     assert thread1_alpha(0.0, 5.0) != thread1_alpha(0.0, 0.0)
+
+
+def test_publications_copy_tier_t_every_4_to_the_t_rounds():
+    ends = np.array([2, 5, 9, 9, 20], np.int64)
+    got = [int(cpu.tier_end(ends, r)) for r in range(1, 257)]
+    assert got[:16] == [2, 2, 2, 5, 2, 2, 2, 5, 2, 2, 2, 5, 2, 2, 2, 9]
+    assert got[63] == 9 and got[255] == 20 and got.count(20) == 1
+    assert got.count(9) == 15 and got.count(5) == 48  # multiples of 16 (not 256), of 4 (not 16)
+    assert cpu.tier_end(np.array([7], np.int64), 64) == 7
 
 
 @pytest.mark.parametrize("use_weight", [False, True])
@@ -277,7 +286,7 @@ def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
     else:
         slots = HotSlots(2, 2)
         slots.tag()
-        args += (slots.buf, 2, slots.n_slots, rows, 1.0, slots.stride, 2, 1, 0.0, 0, 1)
+        args += (slots.buf, 2, slots.n_slots, rows, 1.0, slots.stride, 2, 1, 0.0, slots.ends, 1)
     fresh(*args)
     loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
