@@ -181,6 +181,17 @@ def _target_md(t: dict) -> list[str]:
             f"{_f(r.get('k_star'), '{}')} | {_f(r.get('epoch_s'), '{:.3f}')} | "
             f"{_f(r.get('nnz_per_s') and r['nnz_per_s'] / 1e6, '{:.1f}')} | {search} |"
         )
+    stopped = {LABELS[n]: r["stopped_logloss_all"] for n, r in t["systems"].items()
+               if r.get("stopped_logloss_all")}  # fmt: skip
+    if stopped:
+        each = "; ".join(f"{lab} {', '.join(f'{x:.6f}' for x in v)}" for lab, v in stopped.items())
+        ok = all(x <= t["target"] for v in stopped.values() for x in v)
+        rows += [
+            "",
+            "Test log loss of the models returned by the runs stopped at that epoch (the "
+            f"curve judges the model each epoch hands its callback): {each} "
+            + ("(all at or below the target)." if ok else "(**not all below the target**)."),
+        ]
     rows += ["", "Ratios (same run):", ""]
     rows += [f"- `{k}` = {v:.3g}" for k, v in t["ratios"].items()]
     rows += ["", _budget_line(t["budget"])]

@@ -409,6 +409,9 @@ def run(spec: dict) -> dict:
         k = out["k_star"]
         out["tt_target_all"] = [r["epoch_times"][k - 1] for r in runs]
         out["tt_target_s"] = float(np.median(out["tt_target_all"]))
+        # The curve judges the w each epoch hands its callback; the later runs stop at k and
+        # return their model (for threads sharing w, w(alpha) rebuilt): its test log loss.
+        out["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs[1:]]
     out["data_rss_mb"] = base_rss
     out["rss_method"] = "VmHWM"
     out["fit_s_all"] = [r["fit_s"] for r in runs]

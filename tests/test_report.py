@@ -117,7 +117,8 @@ def _bench_results():
     target = {"set": meta, "C": 0.1, "delta": 1e-3, "repeats": 3, "optimum": 0.4,
               "target": 0.401, "best_path_logloss": 0.4, "budget": budget,
               "reference": {"n_iter": 9, "wall_s": 4.0, "cpu_s": 3.0}, "ratios": {"r": 0.5},
-              "systems": {"snapfit-1": fit(1.0, **curve), "snapfit-2": fit(1.0, **curve),
+              "systems": {"snapfit-1": fit(1.0, **curve),
+                          "snapfit-2": fit(1.0, **curve, stopped_logloss_all=[0.4005, 0.4012]),
                           "snapml-1": {"points": [[1, 0.1, 0.6], [2, 0.2, 0.4005]],
                                        "k_star": 2, "fit_s": 0.2, "fit_s_all": [0.2] * 3,
                                        "search_s": 0.3, "epoch_s": 0.1, "nnz_per_s": 1e6,
@@ -152,6 +153,7 @@ def test_bench_report_checks_agreement_and_shows_time(tmp_path):
     assert f"| systems table, s-1000 | 100 | {2.5 * (n - 1):.0f} |" in md
     assert "error: boom" in md
     assert "### s-1000" in md and "### c40-1000" in md  # one time-to-target block per shape
+    assert "deterministic) 0.400500, 0.401200 (**not all below the target**)" in md
     for png in ("time_to_target_s-1000.png", "time_to_target_criteo-40.png", "pass_rates.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
