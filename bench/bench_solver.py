@@ -7,12 +7,13 @@ Target: the test log loss of a tightly converged reference fit (snapfit, one thr
 callback (the copy's time is excluded) and the test log loss of each copy is computed after the
 fit; its time to target is the fit clock at the end of the first epoch whose model reaches the
 target (set-up included, as in the others' ``fit``). The reference fit is snapfit-1's first
-timed run (the path does not depend on ``tol``); the other runs stop at that epoch. snap ML and
-liblinear have no epoch hook: ``max_iter`` is searched (``systems.next_probe``: extrapolation,
-then interpolation and bisection) with ``tol=0`` and the time is that of the smallest
-``max_iter`` that reaches the target; a searched system may be given a budget of seconds of
-fits (``systems.sweep``), past which it is reported as not reaching the target within it.
-Every time is the median of
+timed run (the path does not depend on ``tol``); the other runs stop at that epoch (threads
+sharing ``w``, whose path depends on thread timing: every run judges its own epochs and stops at
+its own first on target, ``systems.UNREPRODUCIBLE``). snap ML and liblinear have no epoch hook:
+``max_iter`` is searched (``systems.next_probe``: extrapolation, then interpolation and
+bisection) with ``tol=0`` and the time is that of the smallest ``max_iter`` that reaches the
+target; a searched system may be given a budget of seconds of fits (``systems.sweep``), past
+which it is reported as not reaching the target within it. Every time is the median of
 ``--repeats`` fits, all systems in the same invocation, so the ratios share the machine's
 conditions.
 """

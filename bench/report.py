@@ -154,6 +154,13 @@ def _table_md(block: dict) -> list[str]:
     return rows + [""]
 
 
+def _epochs(r: dict) -> str:
+    """Epochs to target; each run's too when runs took their own paths."""
+    k = _f(r.get("k_star"), "{}")
+    runs = r.get("k_star_all")
+    return f"{k} ({', '.join(str(x) for x in runs)})" if runs else k
+
+
 def _target_md(t: dict) -> list[str]:
     m = t["set"]
     rows = [f"Set `{m['name']}`: {m['rows']:,} rows × {m['n_features']:,} features, "
@@ -178,7 +185,7 @@ def _target_md(t: dict) -> list[str]:
         runs = r.get("tt_target_all") or r.get("fit_s_all") or []
         rows.append(
             f"| {label} | {_f(tt, '{:.2f}')} | {', '.join(f'{x:.2f}' for x in runs)} | "
-            f"{_f(r.get('k_star'), '{}')} | {_f(r.get('epoch_s'), '{:.3f}')} | "
+            f"{_epochs(r)} | {_f(r.get('epoch_s'), '{:.3f}')} | "
             f"{_f(r.get('nnz_per_s') and r['nnz_per_s'] / 1e6, '{:.1f}')} | {search} |"
         )
     stopped = {LABELS[n]: r["stopped_logloss_all"] for n, r in t["systems"].items()
@@ -188,8 +195,8 @@ def _target_md(t: dict) -> list[str]:
         ok = all(x <= t["target"] for v in stopped.values() for x in v)
         rows += [
             "",
-            "Test log loss of the models returned by the runs stopped at that epoch (the "
-            f"curve judges the model each epoch hands its callback): {each} "
+            "Test log loss of the models returned by the runs stopped on target (the "
+            f"curves judge the model each epoch hands its callback): {each} "
             + ("(all at or below the target)." if ok else "(**not all below the target**)."),
         ]
     rows += ["", "Ratios (same run):", ""]
@@ -322,15 +329,18 @@ an epoch callback that copies `w` (the copy's time is subtracted); the clock sta
 data is split into chunks, so set-up counts as it does in the others' `fit`, and numba's kernels
 are compiled before the clock starts. The first epoch whose model reaches the target gives the
 time; two more fits stop at that epoch. snapfit-1's first run is the reference fit itself (the
-path up to that epoch does not depend on `tol`). The out-of-core fit always uses the streaming
-engine (`StreamSource`) on the Parquet file, first pass included. snap ML and liblinear have no
-epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses 0) — doubling,
-or an extrapolation of the log loss curve, until a hit, then interpolation and bisection down to
-the smallest `max_iter` that reaches the target; the time is the median of 3 fits at that
-`max_iter` (the search's own fit there is one of them). Each searched system has a budget of
-seconds of fits for all of this: a probe is not started when it and the fits a hit would still
-need could overrun the budget, and the system is then reported as not reaching the target
-within it (its probes still appear in the plot). In-memory systems get a scipy CSR matrix
+path up to that epoch does not depend on `tol`). Threads sharing `w` take a path that depends on
+the threads' timing, so each of their fits judges its own model after every epoch (the test log
+loss computed in the callback, its time subtracted) and stops at its own first epoch on target;
+their epochs column gives the median and each run's epochs. The out-of-core fit always
+uses the streaming engine (`StreamSource`) on the Parquet file, first pass included. snap ML and
+liblinear have no epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses
+0) — doubling, or an extrapolation of the log loss curve, until a hit, then interpolation and
+bisection down to the smallest `max_iter` that reaches the target; the time is the median of 3
+fits at that `max_iter` (the search's own fit there is one of them). Each searched system has a
+budget of seconds of fits for all of this: a probe is not started when it and the fits a hit
+would still need could overrun the budget, and the system is then reported as not reaching the
+target within it (its probes still appear in the plot). In-memory systems get a scipy CSR matrix
 (float32) already in memory."""
 
 _AGREE = """snap ML's `regularizer` is `1/C` on the same sum of losses, and its `fit_intercept=True`

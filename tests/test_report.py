@@ -118,7 +118,8 @@ def _bench_results():
               "target": 0.401, "best_path_logloss": 0.4, "budget": budget,
               "reference": {"n_iter": 9, "wall_s": 4.0, "cpu_s": 3.0}, "ratios": {"r": 0.5},
               "systems": {"snapfit-1": fit(1.0, **curve),
-                          "snapfit-2": fit(1.0, **curve, stopped_logloss_all=[0.4005, 0.4012]),
+                          "snapfit-2": fit(1.0, **curve, stopped_logloss_all=[0.4005, 0.4012],
+                                           k_star_all=[3, 2, 4]),
                           "snapml-1": {"points": [[1, 0.1, 0.6], [2, 0.2, 0.4005]],
                                        "k_star": 2, "fit_s": 0.2, "fit_s_all": [0.2] * 3,
                                        "search_s": 0.3, "epoch_s": 0.1, "nnz_per_s": 1e6,
@@ -154,6 +155,7 @@ def test_bench_report_checks_agreement_and_shows_time(tmp_path):
     assert "error: boom" in md
     assert "### s-1000" in md and "### c40-1000" in md  # one time-to-target block per shape
     assert "deterministic) 0.400500, 0.401200 (**not all below the target**)" in md
+    assert "| 3 (3, 2, 4) |" in md  # each run's epochs when the runs took their own paths
     for png in ("time_to_target_s-1000.png", "time_to_target_criteo-40.png", "pass_rates.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -182,3 +184,31 @@ def test_sweep_reuses_the_hit_and_keeps_its_budget(monkeypatch, budget):
     else:
         assert out["k_star"] is None and "not reached within a budget of 30 s" in out["not_reached"]
         assert sum(k * k / 50 for k in fits) <= budget
+
+
+def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypatch):
+    import bench.sets
+    import bench.systems as S
+
+    paths = iter([(4, [1.0, 2.0, 3.0, 4.0]), (2, [1.5, 3.0]), (3, [1.2, 2.4, 3.6])])
+    seen = []
+
+    def fake_fit(spec, X, y):
+        seen.append(dict(spec))
+        assert S._STOP_TEST is not None  # the test set the callback judges each epoch on
+        k, times = next(paths)
+        return {"k_star": k, "epoch_times": times, "fit_s": times[-1], "epoch_s": 1.0,
+                "nnz_per_s": 1.0, "_w": np.zeros(2), "_b": float(k)}  # fmt: skip
+
+    monkeypatch.setattr(S, "fit_once", fake_fit)
+    monkeypatch.setattr(bench.sets, "load_xy", lambda path: (None, None))
+    monkeypatch.setattr(S, "logloss", lambda X, y, w, b: 0.3 + b / 1000)
+    monkeypatch.setattr(S, "primal", lambda X, y, w, b, C: 1.0)
+    monkeypatch.setattr(S, "peak_rss_mb", lambda: 1.0)
+    spec = {"system": "snapfit-2s", "set": "s", "C": 0.1, "target": 0.31, "repeats": 3,
+            "mode": "curve"}  # fmt: skip
+    out = S.run(spec)
+    assert all(s["stop_at_target"] and s["mode"] == "converge" for s in seen)
+    assert out["k_star_all"] == [4, 2, 3] and out["k_star"] == 3
+    assert out["tt_target_all"] == [4.0, 3.0, 3.6] and out["tt_target_s"] == 3.6
+    assert out["stopped_logloss_all"] == [0.304, 0.302, 0.303] and S._STOP_TEST is None
