@@ -17,6 +17,7 @@ with a default that fits a source of fixed chunks:
 
 from __future__ import annotations
 
+import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,21 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine.checkpoint import arrays_fingerprint, dataset_fingerprint
 from snapfit.engine.state import DualState
 from snapfit.solvers import cpu
+
+
+def populated(n: int, dtype) -> np.ndarray:
+    """A new array of ``n`` zeros whose pages are all mapped at once (Linux ``MAP_POPULATE``).
+
+    numpy asks the kernel for huge pages for large arrays, and on a machine whose memory is
+    fragmented each first touch then waits for memory to be compacted: 1.26-1.29 s for the 624 MB
+    of a relabeled copy of 4M Criteo-40 rows' indices here, where mapping the pages in one call
+    took 0.18 s and the writes 0.03 s. Elsewhere (no ``MAP_POPULATE``) a plain ``np.zeros``."""
+    dtype = np.dtype(dtype)
+    flag = getattr(mmap, "MAP_POPULATE", None)
+    if flag is None or n * dtype.itemsize < mmap.PAGESIZE:
+        return np.zeros(n, dtype)
+    buf = mmap.mmap(-1, n * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flag)
+    return np.frombuffer(buf, dtype)  # the array keeps the mapping alive; freed with it
 
 
 class Layout(NamedTuple):
@@ -159,7 +175,7 @@ class InMemorySource(ChunkSource):
         if code is None:
             self.chunks, self._stored = self._stored, None
             return
-        copies = [np.empty(c.nnz, dtype=np.int32) for c in self._stored]
+        copies = [populated(c.nnz, np.int32) for c in self._stored]
         jobs = []
         for c, out in zip(self._stored, copies, strict=True):
             ids = c.indices[: c.nnz]
