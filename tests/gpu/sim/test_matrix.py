@@ -24,7 +24,8 @@ from tests.gpu.sim.conftest import make_sparse_rows
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
-PARAMS = dict(C=0.5, tol=1e-7, max_iter=200, random_state=0)
+# C = 0.1, the benches' C: the cells take half the epochs (and simulator time) they took at 0.5.
+PARAMS = dict(C=0.1, tol=1e-7, max_iter=200, random_state=0)
 #: Bytes for the streamed cells: below a third of the decoded data (checked below) and, on a Dask
 #: worker, enough for its 300-row share's smallest stream.
 BUDGET = 11_500
