@@ -397,23 +397,15 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
     return out
 
 
-def run(spec: dict) -> dict:
-    """One job in this process (``repeats`` fits, default 3); see the module docstring."""
+def _same_path(spec: dict, X, y) -> list[dict]:
+    """``repeats`` fits of a reproducible system; with a target, the first one's per-epoch
+    copies of ``w`` (curve mode) give the first epoch on target, where the others stop (same
+    seed, same path). The first run's dict gets the time-to-target keys."""
     from bench.sets import load_xy
 
-    X = y = None
-    if spec["system"] != "snapfit-ooc" or spec["mode"] == "sweep":
-        X, y = load_xy(os.path.join(spec["set"], "train.npz"))
-    base_rss = peak_rss_mb()
-    if spec["mode"] == "sweep":
-        Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
-        return {**sweep(spec, X, y, Xte, yte), "data_rss_mb": base_rss, "spec": spec}
-    if "target" in spec and spec["system"] in UNREPRODUCIBLE:
-        return _own_targets(spec, X, y, base_rss)
-    # Only the first run keeps per-epoch copies of w (curve mode); the others time the same path.
     again = {**spec, "mode": "converge"}
     runs = [fit_once(spec, X, y)]
-    if "target" in spec:  # time to target: later runs stop at the first epoch that reached it
+    if "target" in spec:
         Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
         runs[0]["curve_logloss"] = [logloss(Xte, yte, s[:-1], s[-1]) for s in runs[0]["_snaps"]]
         hits = [e for e, ll in enumerate(runs[0]["curve_logloss"], 1) if ll <= spec["target"]]
@@ -428,6 +420,25 @@ def run(spec: dict) -> dict:
         # The curve judges the w each epoch hands its callback; the later runs stop at k and
         # return their model (for threads sharing w, w(alpha) rebuilt): its test log loss.
         out["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs[1:]]
+    return runs
+
+
+def run(spec: dict) -> dict:
+    """One job in this process (``repeats`` fits, default 3); see the module docstring."""
+    from bench.sets import load_xy
+
+    X = y = None
+    if spec["system"] != "snapfit-ooc" or spec["mode"] == "sweep":
+        X, y = load_xy(os.path.join(spec["set"], "train.npz"))
+    base_rss = peak_rss_mb()
+    if spec["mode"] == "sweep":
+        Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
+        return {**sweep(spec, X, y, Xte, yte), "data_rss_mb": base_rss, "spec": spec}
+    if "target" in spec and spec["system"] in UNREPRODUCIBLE:
+        runs = _own_targets(spec, X, y)
+    else:
+        runs = _same_path(spec, X, y)
+    out = runs[0]
     out["data_rss_mb"] = base_rss
     out["rss_method"] = "VmHWM"
     out["fit_s_all"] = [r["fit_s"] for r in runs]
@@ -452,11 +463,11 @@ def run(spec: dict) -> dict:
     return out
 
 
-def _own_targets(spec: dict, X, y, base_rss: float) -> dict:
-    """Time to target of a system whose path depends on thread timing: every run judges the
-    test log loss after each of its epochs (outside the timed fit) and stops at its own first
-    epoch on target; the median epochs and the median time are reported, with all runs', and
-    the test log loss of each model returned (``w(alpha)`` rebuilt for sharing threads)."""
+def _own_targets(spec: dict, X, y) -> list[dict]:
+    """``repeats`` fits of a system whose path depends on thread timing: each judges the test
+    log loss after each of its epochs (outside the timed fit) and stops at its own first epoch
+    on target. The first run's dict gets the median epochs and time, all runs', and the test log
+    loss of each model returned (``w(alpha)`` rebuilt for sharing threads)."""
     from bench.sets import load_xy
 
     global _STOP_TEST
@@ -467,27 +478,17 @@ def _own_targets(spec: dict, X, y, base_rss: float) -> dict:
                 for _ in range(spec.get("repeats", 3))]  # fmt: skip
     finally:
         _STOP_TEST = None
-    hit = [r for r in runs if r.get("k_star")]
-    out = dict(runs[0])
-    out["k_star_all"] = [r.get("k_star") for r in runs]
-    if len(hit) == len(runs):
-        out["k_star"] = sorted(out["k_star_all"])[len(runs) // 2]
-        out["tt_target_all"] = [r["epoch_times"][r["k_star"] - 1] for r in runs]
+    out = runs[0]
+    out["k_star_all"] = ks = [r.get("k_star") for r in runs]
+    if all(ks):
+        out["k_star"] = sorted(ks)[len(runs) // 2]
+        out["tt_target_all"] = [r["epoch_times"][k - 1] for r, k in zip(runs, ks, strict=True)]
         out["tt_target_s"] = float(np.median(out["tt_target_all"]))
     else:
         out["k_star"] = None
-        out["not_reached"] = f"{len(runs) - len(hit)} of {len(runs)} runs missed the target"
+        out["not_reached"] = f"{ks.count(None)} of {len(runs)} runs missed the target"
     out["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs]
-    for key in ("fit_s", "epoch_s", "nnz_per_s"):
-        out[key + "_all"] = [r[key] for r in runs]
-        out[key] = float(np.median(out[key + "_all"]))
-    out["epoch_times_all"] = [r["epoch_times"] for r in runs]
-    out.update(data_rss_mb=base_rss, rss_method="VmHWM", spec=spec)
-    w, b = out.pop("_w"), out.pop("_b")
-    out.pop("_snaps", None)
-    out["primal"] = primal(X, y, w, b, spec["C"])
-    out["test_logloss"] = logloss(Xte, yte, w, b)
-    return out
+    return runs
 
 
 def run_many(specs: list) -> list:
