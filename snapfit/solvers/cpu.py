@@ -114,6 +114,13 @@ _FILTER_WORDS = 256  # a 16384-bit filter of the indices seen in a row (2 KB, in
 _FILTER_SHIFT = np.uint64(64 - 14)
 
 
+@njit(inline="always", nogil=True)
+def _filter_bit(j):
+    """The bit of feature ``j`` in ``row_sqnorms``'s filter, as ``(word, bit number)``."""
+    h = (np.uint64(j) * _GOLDEN) >> _FILTER_SHIFT
+    return h >> np.uint64(6), h & np.uint64(63)
+
+
 @njit(nogil=True, cache=True)
 def row_sqnorms(indptr, indices, values, has_values, out):
     """Exact ``||x_i||^2`` of each row into ``out``, duplicates summed first.
@@ -146,15 +153,14 @@ def row_sqnorms(indptr, indices, values, has_values, out):
         s = 0.0
         clash = False
         for k in range(lo, hi):
-            h = (np.uint64(indices[k]) * _GOLDEN) >> _FILTER_SHIFT
-            word = h >> np.uint64(6)
-            bit = np.uint64(1) << (h & np.uint64(63))
+            word, b = _filter_bit(indices[k])
+            bit = np.uint64(1) << b
             clash |= (seen[word] & bit) != 0
             seen[word] |= bit
             v = np.float64(values[k]) if has_values else 1.0
             s += v * v
         for k in range(lo, hi):
-            seen[(np.uint64(indices[k]) * _GOLDEN) >> _FILTER_SHIFT >> np.uint64(6)] = 0
+            seen[_filter_bit(indices[k])[0]] = 0
         if not clash:  # no index twice: the plain sum, what the table would give bit for bit
             out[r] = s
             continue
