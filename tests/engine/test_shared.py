@@ -174,18 +174,3 @@ def test_an_in_memory_source_relabels_copies_in_pieces_on_several_threads():
     assert not np.shares_memory(src.chunks[0].indices, ids) and (ids == 3).any()
     src.relabel(None)
     assert src.chunks[0] is chunk
-
-
-@pytest.mark.parametrize("has_populate", [True, False])
-def test_populated_arrays_are_zeros_that_can_be_written(monkeypatch, has_populate):
-    import mmap
-
-    from snapfit.engine.source import populated
-
-    if not has_populate:  # not Linux: plain zeros
-        monkeypatch.delattr(mmap, "MAP_POPULATE", raising=False)
-    for n, dtype in ((300_000, np.int32), (3, np.float64)):
-        a = populated(n, dtype)
-        assert a.dtype == dtype and a.shape == (n,) and a.flags.writeable and not a.any()
-        a[:] = 3
-        assert a.sum() == 3 * n
