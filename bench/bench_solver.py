@@ -3,13 +3,12 @@
     python -m bench.bench_solver --rows 4000000 [--C 0.1] [--repeats 3]
 
 Target: the test log loss of a tightly converged reference fit (snapfit, one thread,
-``tol=1e-8``) plus ``1e-4``. snapfit records ``w`` after every epoch through the engine's
-callback (the copy's time is excluded) and the test log loss of each copy is computed after the
-fit; its time to target is the fit clock at the end of the first epoch whose model reaches the
-target (set-up included, as in the others' ``fit``). The reference fit is snapfit-1's first
-timed run (the path does not depend on ``tol``); the other runs stop at that epoch (threads
-sharing ``w``, whose path depends on thread timing: every run judges its own epochs and stops at
-its own first on target, ``systems.UNREPRODUCIBLE``). snap ML and liblinear have no epoch hook:
+``tol=1e-8``) plus ``1e-4``. Each snapfit fit judges the test log loss of its model after every
+epoch in the engine's callback (that time is excluded) and stops at its first epoch on target;
+its time to target is the fit clock there (set-up included, as in the others' ``fit``). Fit
+``r`` of a system runs from the seed of ``random_state=r``, so the median is over three paths,
+not three clocks of one path (``systems._own_targets`` says why). snap ML and liblinear have
+no epoch hook:
 ``max_iter`` is searched (``systems.next_probe``: extrapolation, then interpolation and
 bisection) with ``tol=0`` and the time is that of the smallest ``max_iter`` that reaches the
 target; a searched system may be given a budget of seconds of fits (``systems.sweep``), past
@@ -70,7 +69,6 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     seconds of fits its whole measurement may take (see ``systems.sweep``)."""
     meta = meta_of(set_dir)
     log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
-    # The reference is also snapfit-1's first timed run: its curve gives the epoch of the hit.
     ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="curve", n_jobs=1,
                        tol=1e-8, max_iter=3000, repeats=1))  # fmt: skip
     if "error" in ref:
@@ -83,18 +81,15 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     for name in systems:
         n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
         spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target)
-        if name == "snapfit-1":
-            r = _snapfit1(ref, spec, repeats, log)
+        if name in CURVE:
+            spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["asked"])
         else:
-            if name in CURVE:
-                spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["asked"])
-            else:
-                spec.update(mode="sweep", optimum=optimum,
-                            max_iter_cap=256 if name != "liblinear" else 64)  # fmt: skip
-                if budget_s and name in budget_s:
-                    spec["budget_s"] = budget_s[name]
-            log(f"  {name} ...")
-            r = run_job(spec)
+            spec.update(mode="sweep", optimum=optimum,
+                        max_iter_cap=256 if name != "liblinear" else 64)  # fmt: skip
+            if budget_s and name in budget_s:
+                spec["budget_s"] = budget_s[name]
+        log(f"  {name} ...")
+        r = run_job(spec)
         if name == "snapfit-ooc":
             out["budget"] = used_budget(out["budget"], r)
         out["systems"][name] = _slim(r)
@@ -102,32 +97,6 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     out["ratios"] = ratios(out["systems"], meta["nnz"])
     out["best_path_logloss"] = min(ref.get("curve_logloss") or [optimum])
     return out
-
-
-def _snapfit1(ref: dict, spec: dict, repeats: int, log) -> dict:
-    """snapfit-1's entry: the reference's curve and time at the first epoch that reaches the
-    target, plus ``repeats - 1`` fits stopped at that epoch (same seed, same path)."""
-    curve, times = ref["curve_logloss"], ref["epoch_times"]
-    hits = [e for e, ll in enumerate(curve, 1) if ll <= spec["target"]]
-    r = {k: ref[k] for k in ("epoch_s", "nnz_per_s", "source", "peak_rss_mb", "data_rss_mb",
-                             "rss_method", "n_iter") if k in ref}  # fmt: skip
-    r.update(curve_logloss=curve, epoch_times=times, reference_run=True, wall_s=0.0)
-    if not hits:  # cannot happen: the last model is the optimum
-        return {**r, "k_star": None}
-    k = r["k_star"] = hits[0]
-    log(f"  snapfit-1: {repeats - 1} more fits stopped at epoch {k} ...")
-    spec = {k_: v for k_, v in spec.items() if k_ != "target"}
-    more = run_job({**spec, "mode": "converge", "tol": 1e-8, "max_iter": 3000, "stop_epoch": k,
-                    "repeats": repeats - 1})  # fmt: skip
-    r["wall_s"], r["cpu_s"] = more["wall_s"], more.get("cpu_s", 0.0)
-    if "error" in more:
-        return {**r, "error": more["error"]}
-    r["tt_target_all"] = [times[k - 1]] + [t[k - 1] for t in more["epoch_times_all"]]
-    r["tt_target_s"] = float(np.median(r["tt_target_all"]))
-    for key in ("epoch_s", "nnz_per_s"):
-        r[key] = float(np.median([ref[key], *more[key + "_all"]]))
-    r["peak_rss_mb"] = max(ref["peak_rss_mb"], more["peak_rss_mb"])
-    return r
 
 
 def _slim(r: dict) -> dict:

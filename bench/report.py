@@ -325,14 +325,14 @@ def write_report(res: dict, out_dir: str) -> None:
 
 
 _METHOD = """How each time is taken. snapfit: the estimator's engine path (`Trainer` + `fit`) with
-an epoch callback that copies `w` (the copy's time is subtracted); the clock starts before the
-data is split into chunks, so set-up counts as it does in the others' `fit`, and numba's kernels
-are compiled before the clock starts. The first epoch whose model reaches the target gives the
-time; two more fits stop at that epoch. snapfit-1's first run is the reference fit itself (the
-path up to that epoch does not depend on `tol`). Threads sharing `w` take a path that depends on
-the threads' timing, so each of their fits judges its own model after every epoch (the test log
-loss computed in the callback, its time subtracted) and stops at its own first epoch on target;
-their epochs column gives the median and each run's epochs. The out-of-core fit always
+an epoch callback that judges the model (test log loss; its time is subtracted); the clock
+starts before the data is split into chunks, so set-up counts as it does in the others' `fit`,
+and numba's kernels are compiled before the clock starts. Each fit stops at its first epoch on
+target, which gives its time. Fit r of a system runs from the seed of `random_state=r`: the
+epochs to a target depend on a seed's path (one thread on criteo-40 took 12-15 over five seeds),
+so three fits of one seed would time one path three times and its luck would set every ratio;
+threads sharing `w` take a path that also depends on their timing. The epochs column gives the
+median and each fit's epochs. The out-of-core fit always
 uses the streaming engine (`StreamSource`) on the Parquet file, first pass included. snap ML and
 liblinear have no epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses
 0) — doubling, or an extrapolation of the log loss curve, until a hit, then interpolation and

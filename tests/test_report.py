@@ -186,7 +186,9 @@ def test_sweep_reuses_the_hit_and_keeps_its_budget(monkeypatch, budget):
         assert sum(k * k / 50 for k in fits) <= budget
 
 
-def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypatch):
+@pytest.mark.parametrize("system", ["snapfit-1", "snapfit-2s"])
+def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypatch, system):
+    """Every snapfit fit to a target judges its own epochs, fit r from random_state=r's seed."""
     import bench.sets
     import bench.systems as S
 
@@ -205,10 +207,12 @@ def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypa
     monkeypatch.setattr(S, "logloss", lambda X, y, w, b: 0.3 + b / 1000)
     monkeypatch.setattr(S, "primal", lambda X, y, w, b, C: 1.0)
     monkeypatch.setattr(S, "peak_rss_mb", lambda: 1.0)
-    spec = {"system": "snapfit-2s", "set": "s", "C": 0.1, "target": 0.31, "repeats": 3,
+    spec = {"system": system, "set": "s", "C": 0.1, "target": 0.31, "repeats": 3,
             "mode": "curve"}  # fmt: skip
     out = S.run(spec)
     assert all(s["stop_at_target"] and s["mode"] == "converge" for s in seen)
+    assert [s["seed_run"] for s in seen] == [0, 1, 2]
+    assert len({S._seed(r) for r in range(3)}) == 3
     assert out["k_star_all"] == [4, 2, 3] and out["k_star"] == 3
     assert out["tt_target_all"] == [4.0, 3.0, 3.6] and out["tt_target_s"] == 3.6
     assert out["stopped_logloss_all"] == [0.304, 0.302, 0.303] and S._STOP_TEST is None
