@@ -13,7 +13,7 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   Dhillon 2015). Two threads rarely touch one at once, but when their read-add-write races an
   update is lost and ``w`` drifts from ``w(alpha)``;
 * **hot** coordinates (the ``MAX_HOT`` most frequent features of those in two rows or more, by
-  the column counts of one pass over the data; the intercept always) live, during a pass, in
+  column counts over ~1M of the rows, ``count_step``; the intercept always) live, during a pass, in
   per-thread *slots*: thread ``t`` adds its moves to its own row of slots only and copies
   that row, now and then, to a *published* row the other threads read; a thread's hot value is
   its own slot plus the others' published ones. Each slot has one writer, so no hot update is
@@ -113,6 +113,19 @@ PUBLISH_EVERY = 64
 TIERS = 5
 
 
+#: The hot set is chosen from the column counts of about this many rows (every
+#: ``count_step``-th row): counting all 4M Criteo-40 rows took 0.62-0.67 s of one thread's time,
+#: more than their norms. Counted on every 4th of those rows, 97 % of the 16384 hot features
+#: are the same, the cold entries grow by 0.1 %, and the most frequent cold feature is in 494
+#: rows instead of 402 (every 8th row: 0.25 %, 568).
+COUNT_ROWS = 1_000_000
+
+
+def count_step(n_rows: int) -> int:
+    """Count every ``count_step(n_rows)``-th row of each span (all rows of a small data set)."""
+    return max(1, int(n_rows) // COUNT_ROWS)
+
+
 def hot_damp(n_threads: int) -> float:
     """Extra curvature on hot coordinates for ``n_threads`` rows in flight (module docstring)."""
     return max(0.0, n_threads / 2.0 - 1.0)
@@ -162,8 +175,8 @@ class HotSlots:
         self.ends = np.zeros(TIERS, dtype=np.int64)  # publishing tiers (``cpu.cd_pass_shared``)
 
     def choose(self, counts: np.ndarray, n_rows: int) -> np.ndarray:
-        """Fix the hot set from the column counts of every row (once, before the first pass);
-        ``w`` moves to the new order. Returns the relabeling code (``cpu.relabel``)."""
+        """Fix the hot set from the column counts of ``n_rows`` rows (once, before the first
+        pass); ``w`` moves to the new order. Returns the relabeling code (``cpu.relabel``)."""
         return self.set_hot(*choose_hot(counts[: self.d], n_rows))
 
     def set_hot(self, hot: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:

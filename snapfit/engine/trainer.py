@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.engine.problem import EpochRecord, Problem
-from snapfit.engine.shared import HotSlots
+from snapfit.engine.shared import HotSlots, count_step
 from snapfit.engine.source import ChunkSource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
@@ -290,31 +290,32 @@ class Trainer:
         """One pass over the data before the first epoch, the CPU threads in parallel (each
         its span of a big chunk, ``_whole_plan``): the rows' norms when the state computes them
         (in the first epoch every thread of a cut chunk would compute all of its norms: 0.86 s
-        per 4M Criteo-40 rows, each), and for threads sharing ``w`` every feature's row count,
-        which fixes the hot coordinates; the source then relabels them."""
+        per 4M Criteo-40 rows, each), and for threads sharing ``w`` the features' row counts
+        over a sample of the rows (``shared.count_step``), which fix the hot coordinates; the
+        source then relabels them."""
         count = self.slots is not None
         norms = not self.has_gpu and self.state.lazy_norms
         if not (count or norms):
             return
         order, plan = self._whole_plan()
+        step = count_step(self.state.n_rows)
         if count:
             self._group.each(lambda t: self.units[t].view.fill(0.0))
 
         def prepare(t, item, chunk):
-            if count:
-                self.units[t].count(item, chunk)
+            counted = self.units[t].count(item, chunk, step) if count else 0
             if norms:
                 self.state.fill_sqnorm(item.k, chunk, *item_span(item, chunk.n_rows))
-            return [(item, ())]
+            return [(item, counted)]
 
-        self._run(order, plan, prepare)
+        results, _ = self._run(order, plan, prepare)
         if norms:
             self.state.has_sqnorm[:] = True
         if count:
             counts = self.units[0].counts
             for unit in self.units[1:]:
                 counts += unit.counts
-            code = self.slots.choose(counts, self.state.n_rows)
+            code = self.slots.choose(counts, sum(counted for _, counted in results))
             if len(self.slots.hot):
                 self.source.relabel(code, n_threads=self.k)
 

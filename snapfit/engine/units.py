@@ -142,10 +142,11 @@ class SharedCpuUnit(CpuUnit):
         ``n_features`` array more per thread); zero the view first."""
         return self.view[: self.slots.d].view(np.int64)
 
-    def count(self, item, chunk) -> None:
-        """Add the column counts of the item's rows into ``counts``."""
+    def count(self, item, chunk, step: int) -> int:
+        """Add the column counts of every ``step``-th row of the item's into ``counts``;
+        returns how many rows that was."""
         lo, hi = item_span(item, chunk.n_rows)
-        cpu.count_columns(chunk.indptr[lo : hi + 1], chunk.indices, self.counts)
+        return cpu.count_columns(chunk.indptr[lo : hi + 1], chunk.indices, self.counts, step)
 
 
 def host_warm(p, chunk, alpha, w0, out: np.ndarray, lo: int = 0, hi: int | None = None) -> None:

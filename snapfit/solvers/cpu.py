@@ -457,14 +457,20 @@ def relabel(indices, code, out):
 
 
 @njit(nogil=True, cache=True)
-def count_columns(indptr, indices, out):
-    """``out[j] += `` the number of rows of a CSR chunk holding feature ``j`` (duplicates inside
-    a row count once per entry: the hot-feature choice needs no more precision)."""
+def count_columns(indptr, indices, out, step):
+    """``out[j] += `` the number of rows holding feature ``j`` among rows ``0, step, 2 step, ...``
+    of a CSR chunk (duplicates inside a row count once per entry: the hot-feature choice needs
+    no more precision). Returns how many rows were counted."""
     d = len(out)
-    for k in range(indptr[0], indptr[len(indptr) - 1]):
-        j = indices[k]
-        if j < d:  # a relabeled id (``relabel``) is not a feature of the data
-            out[j] += 1
+    n = len(indptr) - 1
+    counted = 0
+    for i in range(0, n, step):
+        counted += 1
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            if j < d:  # a relabeled id (``relabel``) is not a feature of the data
+                out[j] += 1
+    return counted
 
 
 @njit(nogil=True, cache=True)

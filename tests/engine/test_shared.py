@@ -62,7 +62,7 @@ def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
     cpu.relabel(again, code, again)  # relabeling twice is relabeling once
     np.testing.assert_array_equal(again, indices)
     counts = np.zeros(6, np.int64)
-    cpu.count_columns(np.array([0, 6], np.int64), indices, counts)  # relabeled ids are skipped
+    cpu.count_columns(np.array([0, 6], np.int64), indices, counts, 1)  # relabeled ids skipped
     np.testing.assert_array_equal(counts, [0, 1, 0, 1, 0, 1])
 
 
@@ -95,6 +95,21 @@ def test_sigma_counts_sharing_threads_as_one_unit():
     tr, _, _ = _trainer(True)
     try:
         assert tr.sigma == 1.0 and tr.slots is not None and tr.w is tr.slots.w
+    finally:
+        tr.close()
+
+
+def test_the_hot_set_is_counted_on_every_step_th_row(monkeypatch):
+    """Past ``COUNT_ROWS`` rows the hot set comes from the counts of every k-th row of each
+    span (here whole chunks of 500 rows: rows 0, 4, 8, ... of the data)."""
+    monkeypatch.setattr(shared, "COUNT_ROWS", 500)
+    assert shared.count_step(2000) == 4 and shared.count_step(499) == 1
+    tr, X, _ = _trainer(True)
+    try:
+        hot, ends = choose_hot(np.bincount(X[::4].indices, minlength=D), 500)
+        np.testing.assert_array_equal(tr.slots.hot, hot)
+        np.testing.assert_array_equal(tr.slots.ends, ends)
+        assert hot[0] == 0 and len(hot) < len(choose_hot(np.bincount(X.indices), 2000)[0])
     finally:
         tr.close()
 

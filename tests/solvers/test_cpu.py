@@ -189,12 +189,15 @@ def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
     assert np.all(np.isfinite(one.w)) and one.buf[-1] == 0.0
 
 
-def test_count_columns_counts_entries_of_the_rows_given(problem):
+@pytest.mark.parametrize("step", [1, 3])
+def test_count_columns_counts_entries_of_every_step_th_row_given(problem, step):
     X, _, _ = problem
     csr = sp.csr_matrix(X)
     out = np.zeros(40, dtype=np.int64)
-    cpu.count_columns(csr.indptr[100:201].astype(np.int64), csr.indices, out)
-    np.testing.assert_array_equal(out, np.bincount(csr[100:200].indices, minlength=40))
+    counted = cpu.count_columns(csr.indptr[100:201].astype(np.int64), csr.indices, out, step)
+    sample = csr[100:200:step]
+    assert counted == sample.shape[0] == len(range(0, 100, step))
+    np.testing.assert_array_equal(out, np.bincount(sample.indices, minlength=40))
 
 
 def test_objective_and_w_of_alpha_agree_with_numpy(problem):
