@@ -14,7 +14,8 @@ bisection) with ``tol=0`` and the time is that of the smallest ``max_iter`` that
 target; a searched system may be given a budget of seconds of fits (``systems.sweep``), past
 which it is reported as not reaching the target within it. Every time is the median of
 ``--repeats`` fits, all systems in the same invocation, so the ratios share the machine's
-conditions.
+conditions; snapfit's fits are interleaved (round ``r`` runs fit ``r`` of each snapfit system,
+one process each), so that a slow spell of a shared machine does not fall on one system's fits.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import json
 import numpy as np
 
 from bench.sets import make_set, meta_of
-from bench.systems import run_job
+from bench.systems import merge_fits, run_job
 
 CURVE = ("snapfit-1", "snapfit-2", "snapfit-2s", "snapfit-ooc")
 SWEEP = ("snapml-1", "snapml-2", "liblinear")
@@ -78,7 +79,8 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     out = {"set": meta, "C": C, "delta": delta, "repeats": repeats, "optimum": optimum,
            "target": target, "reference": _slim(ref), "systems": {}}  # fmt: skip
     out["budget"] = budget_of(set_dir)
-    for name in systems:
+
+    def spec_of(name):
         n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
         spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target)
         if name in CURVE:
@@ -88,8 +90,23 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
                         max_iter_cap=256 if name != "liblinear" else 64)  # fmt: skip
             if budget_s and name in budget_s:
                 spec["budget_s"] = budget_s[name]
-        log(f"  {name} ...")
-        r = run_job(spec)
+        return spec
+
+    # snapfit's fits are interleaved: round r runs fit r of every snapfit system (one job each),
+    # so a slow spell of this shared machine lands on every system alike, not on one system's
+    # block of fits.
+    curve = [name for name in systems if name in CURVE]
+    parts: dict[str, list] = {name: [] for name in curve}
+    for r in range(repeats):
+        for name in curve:
+            log(f"  {name} fit {r + 1} of {repeats} ...")
+            parts[name].append(run_job({**spec_of(name), "repeats": 1, "first_seed_run": r}))
+    for name in systems:
+        if name in CURVE:
+            r = merge_fits(parts[name])
+        else:
+            log(f"  {name} ...")
+            r = run_job(spec_of(name))
         if name == "snapfit-ooc":
             out["budget"] = used_budget(out["budget"], r)
         out["systems"][name] = _slim(r)

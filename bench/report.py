@@ -247,10 +247,8 @@ def _timings_md(res: dict) -> list[str]:
     for t in _targets(res):
         ref = t.get("reference", {})
         if "wall_s" in ref:
-            rows += ["", f"The time-to-target reference fit on {t['set']['name']} (also "
-                     f"snapfit-1's first run there) took {ref['wall_s']:.0f} s "
-                     f"({ref.get('cpu_s', 0):.0f} s CPU); the snapfit-1 cell is its other "
-                     "runs."]  # fmt: skip
+            rows += ["", f"The time-to-target reference fit on {t['set']['name']} took "
+                     f"{ref['wall_s']:.0f} s ({ref.get('cpu_s', 0):.0f} s CPU)."]  # fmt: skip
     return rows
 
 
@@ -332,7 +330,9 @@ target, which gives its time. Fit r of a system runs from the seed of `random_st
 epochs to a target depend on a seed's path (one thread on criteo-40 took 12-15 over five seeds),
 so three fits of one seed would time one path three times and its luck would set every ratio;
 threads sharing `w` take a path that also depends on their timing. The epochs column gives the
-median and each fit's epochs. The out-of-core fit always
+median and each fit's epochs. The snapfit systems' fits are interleaved (round r runs fit r of
+each, one process per fit), so a slow spell of the machine falls on all of them alike. The
+out-of-core fit always
 uses the streaming engine (`StreamSource`) on the Parquet file, first pass included. snap ML and
 liblinear have no epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses
 0) — doubling, or an extrapolation of the log loss curve, until a hit, then interpolation and

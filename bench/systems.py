@@ -454,8 +454,9 @@ def _own_targets(spec: dict, X, y) -> list[dict]:
     Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
     _STOP_TEST = (Xte, yte)
     try:
+        first = spec.get("first_seed_run", 0)
         runs = [fit_once({**spec, "mode": "converge", "stop_at_target": True, "seed_run": r},
-                         X, y) for r in range(spec.get("repeats", 3))]  # fmt: skip
+                         X, y) for r in range(first, first + spec.get("repeats", 3))]  # fmt: skip
     finally:
         _STOP_TEST = None
     out = runs[0]
@@ -469,6 +470,35 @@ def _own_targets(spec: dict, X, y) -> list[dict]:
         out["not_reached"] = f"{ks.count(None)} of {len(runs)} runs missed the target"
     out["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs]
     return runs
+
+
+def merge_fits(parts: list[dict]) -> dict:
+    """One system's time-to-target entry from jobs of one fit each (``run`` with ``repeats=1``,
+    fit ``r`` from ``first_seed_run=r``; see ``bench.bench_solver``): the first job's dict with
+    every per-fit list joined and the medians taken again. The first error found is the entry."""
+    for p in parts:
+        if "error" in p:
+            return p
+    out = dict(parts[0])
+    for key in ("fit_s", "epoch_s", "nnz_per_s"):
+        out[key + "_all"] = [v for p in parts for v in p[key + "_all"]]
+        out[key] = float(np.median(out[key + "_all"]))
+    out["k_star_all"] = ks = [k for p in parts for k in p["k_star_all"]]
+    out["stopped_logloss_all"] = [v for p in parts for v in p["stopped_logloss_all"]]
+    out.pop("not_reached", None)
+    if all(ks):
+        out["k_star"] = sorted(ks)[len(ks) // 2]
+        out["tt_target_all"] = [v for p in parts for v in p["tt_target_all"]]
+        out["tt_target_s"] = float(np.median(out["tt_target_all"]))
+    else:
+        out["k_star"] = None
+        out["not_reached"] = f"{ks.count(None)} of {len(ks)} runs missed the target"
+        out.pop("tt_target_all", None)
+        out.pop("tt_target_s", None)
+    out["peak_rss_mb"] = max(p["peak_rss_mb"] for p in parts)
+    for key in ("wall_s", "cpu_s"):
+        out[key] = sum(p.get(key, 0.0) for p in parts)
+    return out
 
 
 def run_many(specs: list) -> list:

@@ -216,3 +216,53 @@ def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypa
     assert out["k_star_all"] == [4, 2, 3] and out["k_star"] == 3
     assert out["tt_target_all"] == [4.0, 3.0, 3.6] and out["tt_target_s"] == 3.6
     assert out["stopped_logloss_all"] == [0.304, 0.302, 0.303] and S._STOP_TEST is None
+
+
+def test_snapfit_fits_to_the_target_are_interleaved_and_merged(monkeypatch):
+    """Round r runs fit r of every snapfit system (its own job, seed of random_state=r); each
+    system's entry joins its fits and takes the medians again."""
+    import bench.bench_solver as B
+
+    calls = []
+
+    def fake_job(spec):
+        calls.append((spec["system"], spec.get("first_seed_run")))
+        if spec.get("tol") == 1e-8:  # the reference fit
+            return {"test_logloss": 0.3, "curve_logloss": [0.4, 0.3], "wall_s": 1.0}
+        r = spec["first_seed_run"]
+        k = {"snapfit-1": 10 + r, "snapfit-2s": 5 - r}[spec["system"]]
+        return {"k_star": k, "k_star_all": [k], "tt_target_all": [float(k)],
+                "tt_target_s": float(k), "fit_s_all": [k + 0.5], "fit_s": k + 0.5,
+                "epoch_s_all": [1.0 + r], "epoch_s": 1.0 + r, "nnz_per_s_all": [2.0],
+                "nnz_per_s": 2.0, "stopped_logloss_all": [0.3 - r / 1e4],
+                "peak_rss_mb": 100.0 + r, "wall_s": 3.0, "cpu_s": 2.0}  # fmt: skip
+
+    monkeypatch.setattr(B, "run_job", fake_job)
+    monkeypatch.setattr(B, "meta_of", lambda path: {"name": "s", "nnz": 10})
+    monkeypatch.setattr(B, "budget_of", lambda path: {"asked": 1})
+    out = B.time_to_target("s", systems=("snapfit-1", "snapfit-2s"), log=lambda *a: None)
+    assert calls == [("snapfit-1", None), ("snapfit-1", 0), ("snapfit-2s", 0),
+                     ("snapfit-1", 1), ("snapfit-2s", 1), ("snapfit-1", 2),
+                     ("snapfit-2s", 2)]  # fmt: skip
+    one, two = out["systems"]["snapfit-1"], out["systems"]["snapfit-2s"]
+    assert one["k_star_all"] == [10, 11, 12] and one["k_star"] == 11
+    assert one["tt_target_all"] == [10.0, 11.0, 12.0] and one["tt_target_s"] == 11.0
+    assert two["k_star_all"] == [5, 4, 3] and two["tt_target_s"] == 4.0
+    assert one["epoch_s_all"] == [1.0, 2.0, 3.0] and one["epoch_s"] == 2.0
+    assert one["peak_rss_mb"] == 102.0 and one["wall_s"] == 9.0
+    assert one["stopped_logloss_all"] == [0.3, 0.3 - 1e-4, 0.3 - 2e-4]
+    assert out["ratios"]["snapfit1_over_snapfit2_best"] == 11.0 / 4.0
+
+
+def test_a_missed_or_failed_fit_is_what_the_merged_entry_says():
+    from bench.systems import merge_fits
+
+    hit = {"k_star_all": [3], "tt_target_all": [3.0], "stopped_logloss_all": [0.3],
+           "fit_s_all": [1.0], "epoch_s_all": [1.0], "nnz_per_s_all": [1.0],
+           "peak_rss_mb": 1.0, "k_star": 3, "tt_target_s": 3.0}  # fmt: skip
+    miss = {**hit, "k_star_all": [None], "k_star": None, "not_reached": "1 of 1 runs missed"}
+    del miss["tt_target_all"], miss["tt_target_s"]
+    merged = merge_fits([hit, miss, hit])
+    assert merged["k_star"] is None and merged["not_reached"] == "1 of 3 runs missed the target"
+    assert "tt_target_s" not in merged
+    assert merge_fits([hit, {"error": "boom"}]) == {"error": "boom"}
