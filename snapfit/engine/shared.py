@@ -23,7 +23,7 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``PUBLISH_EVERY`` (64) rows, those
   in more than 1/4 of that every 256 rows, and so on (``TIERS``): between two publications a
   hot coordinate gets 0.6-2.6 moves of a thread on average, whatever its frequency, while
-  publications copy ~2 slots per row.
+  publications copy 11-12 slots (1.5 cache lines) per row on 4M Criteo-like rows.
 
 Why so many hot coordinates. Lost updates are not noise the fit forgets: the rows' later steps
 adapt ``alpha`` to the ``w`` they see, so ``w(alpha)`` walks away from ``w`` and the model the
