@@ -415,11 +415,8 @@ def run(spec: dict) -> dict:
     out = runs[0]
     out["data_rss_mb"] = base_rss
     out["rss_method"] = "VmHWM"
-    out["fit_s_all"] = [r["fit_s"] for r in runs]
-    out["fit_s"] = float(np.median(out["fit_s_all"]))
-    for key in ("epoch_s", "nnz_per_s"):
-        out[key + "_all"] = [r[key] for r in runs]
-        out[key] = float(np.median(out[key + "_all"]))
+    for key in ("fit_s", "epoch_s", "nnz_per_s"):
+        _with_median(out, key, [r[key] for r in runs])
     if "epoch_times" in out:  # snapfit: seconds since fit start at each epoch end, per run
         out["epoch_times_all"] = [r["epoch_times"] for r in runs]
         n = min(len(t) for t in out["epoch_times_all"])
@@ -459,17 +456,32 @@ def _own_targets(spec: dict, X, y) -> list[dict]:
                          X, y) for r in range(first, first + spec.get("repeats", 3))]  # fmt: skip
     finally:
         _STOP_TEST = None
-    out = runs[0]
-    out["k_star_all"] = ks = [r.get("k_star") for r in runs]
+    ks = [r.get("k_star") for r in runs]
+    times = [r["epoch_times"][k - 1] if k else None for r, k in zip(runs, ks, strict=True)]
+    _target_summary(runs[0], ks, times)
+    runs[0]["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs]
+    return runs
+
+
+def _with_median(out: dict, key: str, values: list) -> None:
+    """``out[key + "_all"]`` = the fits' values, ``out[key]`` their median."""
+    out[key + "_all"] = values
+    out[key] = float(np.median(values))
+
+
+def _target_summary(out: dict, ks: list, times: list) -> None:
+    """``out``'s time-to-target keys from each fit's epochs to the target (``None``: missed)
+    and its time there: the median epochs and time, or which fits missed."""
+    for key in ("not_reached", "tt_target_all", "tt_target_s"):
+        out.pop(key, None)
+    out["k_star_all"] = ks
     if all(ks):
-        out["k_star"] = sorted(ks)[len(runs) // 2]
-        out["tt_target_all"] = [r["epoch_times"][k - 1] for r, k in zip(runs, ks, strict=True)]
-        out["tt_target_s"] = float(np.median(out["tt_target_all"]))
+        out["k_star"] = sorted(ks)[len(ks) // 2]
+        out["tt_target_all"] = times
+        out["tt_target_s"] = float(np.median(times))
     else:
         out["k_star"] = None
-        out["not_reached"] = f"{ks.count(None)} of {len(runs)} runs missed the target"
-    out["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs]
-    return runs
+        out["not_reached"] = f"{ks.count(None)} of {len(ks)} runs missed the target"
 
 
 def merge_fits(parts: list[dict]) -> dict:
@@ -481,20 +493,12 @@ def merge_fits(parts: list[dict]) -> dict:
             return p
     out = dict(parts[0])
     for key in ("fit_s", "epoch_s", "nnz_per_s"):
-        out[key + "_all"] = [v for p in parts for v in p[key + "_all"]]
-        out[key] = float(np.median(out[key + "_all"]))
-    out["k_star_all"] = ks = [k for p in parts for k in p["k_star_all"]]
+        _with_median(out, key, [v for p in parts for v in p[key + "_all"]])
+    ks = [k for p in parts for k in p["k_star_all"]]
+    # A part that missed has no times: one None per fit of it.
+    times = [t for p in parts for t in p.get("tt_target_all", [None] * len(p["k_star_all"]))]
+    _target_summary(out, ks, times)
     out["stopped_logloss_all"] = [v for p in parts for v in p["stopped_logloss_all"]]
-    out.pop("not_reached", None)
-    if all(ks):
-        out["k_star"] = sorted(ks)[len(ks) // 2]
-        out["tt_target_all"] = [v for p in parts for v in p["tt_target_all"]]
-        out["tt_target_s"] = float(np.median(out["tt_target_all"]))
-    else:
-        out["k_star"] = None
-        out["not_reached"] = f"{ks.count(None)} of {len(ks)} runs missed the target"
-        out.pop("tt_target_all", None)
-        out.pop("tt_target_s", None)
     out["peak_rss_mb"] = max(p["peak_rss_mb"] for p in parts)
     for key in ("wall_s", "cpu_s"):
         out[key] = sum(p.get(key, 0.0) for p in parts)
