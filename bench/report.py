@@ -323,25 +323,26 @@ def write_report(res: dict, out_dir: str) -> None:
 
 
 _METHOD = """How each time is taken. snapfit: the estimator's engine path (`Trainer` + `fit`) with
-an epoch callback that judges the model (test log loss; its time is subtracted); the clock
-starts before the data is split into chunks, so set-up counts as it does in the others' `fit`,
-and numba's kernels are compiled before the clock starts. Each fit stops at its first epoch on
-target, which gives its time. Fit r of a system runs from the seed of `random_state=r`: the
-epochs to a target depend on a seed's path (one thread on criteo-40 took 12-15 over five seeds),
-so three fits of one seed would time one path three times and its luck would set every ratio;
-threads sharing `w` take a path that also depends on their timing. The epochs column gives the
-median and each fit's epochs. The snapfit systems' fits are interleaved (round r runs fit r of
-each, one process per fit), so a slow spell of the machine falls on all of them alike. The
-out-of-core fit always
-uses the streaming engine (`StreamSource`) on the Parquet file, first pass included. snap ML and
-liblinear have no epoch hook: `max_iter` is searched with `tol=0` (liblinear: 1e-300, it refuses
-0) — doubling, or an extrapolation of the log loss curve, until a hit, then interpolation and
-bisection down to the smallest `max_iter` that reaches the target; the time is the median of 3
-fits at that `max_iter` (the search's own fit there is one of them). Each searched system has a
-budget of seconds of fits for all of this: a probe is not started when it and the fits a hit
-would still need could overrun the budget, and the system is then reported as not reaching the
-target within it (its probes still appear in the plot). In-memory systems get a scipy CSR matrix
-(float32) already in memory."""
+an epoch callback that judges the model (test log loss; its time is subtracted); the
+clock starts before the data is split into chunks, so set-up counts as it does in the
+others' `fit`, and numba's kernels are compiled before the clock starts. Each fit stops
+at its first epoch on target, which gives its time. Fit r of a system runs from the
+seed of `random_state=r`: the epochs to a target depend on a seed's path (one thread on
+criteo-40 took 12-15 over five seeds), so three fits of one seed would time one path
+three times and its luck would set every ratio; threads sharing `w` take a path that
+also depends on their timing. The epochs column gives the median and each fit's epochs.
+The snapfit systems' fits are interleaved (round r runs fit r of each, one process per
+fit), so a slow spell of the machine falls on all of them alike. The out-of-core fit
+always uses the streaming engine (`StreamSource`) on the Parquet file, first pass
+included. snap ML and liblinear have no epoch hook: `max_iter` is searched with `tol=0`
+(liblinear: 1e-300, it refuses 0) — doubling, or an extrapolation of the log loss
+curve, until a hit, then interpolation and bisection down to the smallest `max_iter`
+that reaches the target; the time is the median of 3 fits at that `max_iter` (the
+search's own fit there is one of them). Each searched system has a budget of seconds of
+fits for all of this: a probe is not started when it and the fits a hit would still
+need could overrun the budget, and the system is then reported as not reaching the
+target within it (its probes still appear in the plot). In-memory systems get a scipy
+CSR matrix (float32) already in memory."""
 
 _AGREE = """snap ML's `regularizer` is `1/C` on the same sum of losses, and its `fit_intercept=True`
 appends a constant feature that is regularized like liblinear's (`intercept_scaling=1`): its
