@@ -104,17 +104,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from snapfit.engine.alias import aliased_views, page_entries
 from snapfit.solvers import cpu
 
 #: The ``MAX_HOT`` most frequent features (of those in two rows or more) are hot: slots stay
 #: in L1/L2, and a cold feature is rare enough that two threads seldom update it at once.
 MAX_HOT = 16384
-#: A thread publishes its first tier of hot slots (features in more than this fraction of the
-#: rows, and the intercept) to the others every ``PUBLISH_EVERY`` of its rows.
+#: A thread syncs its first tier of hot coordinates (features in more than this fraction of the
+#: rows, and the intercept) with the others every ``SYNC_EVERY`` of its rows.
 HOT_FRACTION = 0.01
-PUBLISH_EVERY = 64
-#: Tier ``t`` (features in more than ``HOT_FRACTION / 4**t`` of the rows) is published every
-#: ``PUBLISH_EVERY * 4**t`` rows; the last tier holds the rest of the hot set.
+SYNC_EVERY = 64
+#: Tier ``t`` (features in more than ``HOT_FRACTION / 4**t`` of the rows) is synced every
+#: ``SYNC_EVERY * 4**t`` rows; the last tier holds the rest of the hot set.
 TIERS = 5
 
 
@@ -150,34 +151,40 @@ def choose_hot(counts: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]
 
 
 class HotSlots:
-    """``w`` in the fit's feature order and the threads' hot slots, in one buffer.
+    """``w`` in the fit's feature order and the threads' views of it (``snapfit.engine.alias``).
 
-    ``buf = [w (d + MAX_HOT + 1) | n_threads own rows | n_threads published rows | 0]``, rows of
-    ``stride`` slots: slot ``h`` holds hot id ``d + h`` (``h < MAX_HOT``), slot ``MAX_HOT`` the
-    intercept. ``w`` is a view of the head and is the trainer's ``w`` for the whole fit; its
-    entries at the hot features' original ids stay 0 (no relabeled chunk names them). Rows are
-    whole 64-byte lines, so a thread's writes never share a line with another thread's slots.
-    ``tag()`` opens a pass (the hot values and the intercept move to thread 0's own and
-    published slots, every other slot is 0), ``fold()`` closes it (each hot value is the sum of
-    the own slots, summed in thread order). The last cell stays 0 (what a cold entry adds).
+    Thread ``t``'s view ``views[t]`` has ``top + 1`` entries: ids ``0 .. h0 - 1`` are the cold
+    coordinates, the same memory in every view (``h0`` is ``n_features`` rounded up to whole
+    memory pages; the ids between stay 0), ids ``h0 .. h0 + MAX_HOT - 1`` the thread's own copy
+    of the hot coordinates (hot feature ``hot[h]`` is id ``h0 + h``), the intercept last (id
+    ``top``). ``w`` is thread 0's view and the trainer's ``w`` for the whole fit; its entries at
+    the hot features' original ids stay 0 (no relabeled chunk names them). ``pub[t]`` holds
+    thread ``t``'s published moves and ``seen[t, u]`` what thread ``t`` has added of thread
+    ``u``'s (slot ``MAX_HOT`` the intercept; rows of whole 64-byte lines, so threads never write
+    one line). ``tag()`` opens a pass (every view's hot copy the hot values, thread 0's moves
+    starting from them, the others' from 0), ``fold()`` closes it (each hot value the sum of the
+    threads' moves, summed in thread order).
     """
 
     def __init__(self, n_features: int, n_threads: int):
         self.d = int(n_features)
-        if self.d + MAX_HOT >= 2**31:
+        page = page_entries()
+        self.h0 = -(-self.d // page) * page  # the first hot id: the private tails start a page
+        if self.h0 + MAX_HOT >= 2**31:
             raise ValueError(
                 f"threads sharing w relabel hot features past n_features={self.d}, which leaves "
                 "no room in 32-bit ids; use deterministic=True (CoCoA+ threads)"
             )
         self.n_threads = int(n_threads)
         self.n_slots = MAX_HOT + 1  # hot features, then the intercept
-        self.top = self.d + MAX_HOT  # the intercept's id
+        self.top = self.h0 + MAX_HOT  # the intercept's id
         self.stride = (self.n_slots + 7) // 8 * 8
-        # w, each thread's own row of slots, each thread's published copy of it, a zero cell.
-        self.buf = np.zeros(self.top + 1 + 2 * self.n_threads * self.stride + 1)
-        self.w = self.buf[: self.top + 1]
-        self.hot = np.zeros(0, dtype=np.int64)  # original ids; hot[h] is id d + h
-        self.ends = np.zeros(TIERS, dtype=np.int64)  # publishing tiers (``cpu.cd_pass_shared``)
+        self.views = aliased_views(self.h0, self.n_slots, self.n_threads)
+        self.w = self.views[0]
+        self.pub = np.zeros((self.n_threads, self.stride))
+        self.seen = np.zeros((self.n_threads, self.n_threads, self.stride))
+        self.hot = np.zeros(0, dtype=np.int64)  # original ids; hot[h] is id h0 + h
+        self.ends = np.zeros(TIERS, dtype=np.int64)  # sync tiers (``cpu.cd_pass_views``)
 
     def choose(self, counts: np.ndarray, n_rows: int) -> np.ndarray:
         """Fix the hot set from the column counts of ``n_rows`` rows (once, before the first
@@ -186,20 +193,20 @@ class HotSlots:
 
     def set_hot(self, hot: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
         """Make ``hot`` (distinct feature ids, at most ``MAX_HOT``; ``hot[h]`` becomes id
-        ``d + h``) the hot set, published in tiers ending at ``ends`` (default: all in the
+        ``h0 + h``) the hot set, synced in tiers ending at ``ends`` (default: all in the
         first); see ``choose``."""
         hot = np.asarray(hot, dtype=np.int64)
         if len(hot) > MAX_HOT:
             raise ValueError(f"{len(hot)} hot features; at most {MAX_HOT}")
         ends = np.full(TIERS, len(hot)) if ends is None else np.asarray(ends)
         if len(ends) != TIERS or ends[-1] != len(hot) or np.any(np.diff(ends) < 0):
-            raise ValueError(f"publishing tiers {ends} do not cut {len(hot)} hot features")
+            raise ValueError(f"sync tiers {ends} do not cut {len(hot)} hot features")
         real = self.to_real(self.w)
         self.hot = hot
         self.ends = ends.astype(np.int64)
         self.w[:] = self.to_ext(real)
         code = np.arange(self.d, dtype=np.int32)
-        code[hot] = self.d + np.arange(len(hot), dtype=np.int32)
+        code[hot] = self.h0 + np.arange(len(hot), dtype=np.int32)
         return code
 
     def to_ext(self, w: np.ndarray) -> np.ndarray:
@@ -210,7 +217,7 @@ class HotSlots:
         out = np.zeros(self.top + 1)
         out[: self.d] = w[: self.d]
         out[self.hot] = 0.0
-        out[self.d : self.d + len(self.hot)] = w[self.hot]
+        out[self.h0 : self.h0 + len(self.hot)] = w[self.hot]
         out[self.top] = w[self.d]
         return out
 
@@ -218,33 +225,32 @@ class HotSlots:
         """A vector in the fit's order back in the data's (a new array, intercept last)."""
         out = np.empty(self.d + 1)
         out[: self.d] = w[: self.d]
-        out[self.hot] = w[self.d : self.d + len(self.hot)]
+        out[self.hot] = w[self.h0 : self.h0 + len(self.hot)]
         out[self.d] = w[self.top]
         return out
 
-    def _rows(self) -> np.ndarray:
-        """Own rows ``[:n_threads]``, published rows ``[n_threads:]``."""
-        return self.buf[self.top + 1 : -1].reshape(2 * self.n_threads, self.stride)
-
     def tag(self) -> None:
-        rows = self._rows()
-        rows[:] = 0.0
-        rows[0, : self.n_slots] = self.w[self.d :]
-        rows[self.n_threads, : self.n_slots] = self.w[self.d :]
+        hot = self.w[self.h0 :]
+        for view in self.views[1:]:
+            view[self.h0 :] = hot
+        self.pub[:] = 0.0
+        self.seen[:] = 0.0
+        self.pub[0, : self.n_slots] = hot
+        self.seen[1:, 0, : self.n_slots] = hot
 
     def fold(self) -> None:
-        rows = self._rows()
-        total = rows[0, : self.n_slots].copy()
+        total = self.pub[0, : self.n_slots].copy()
         for u in range(1, self.n_threads):
-            total += rows[u, : self.n_slots]
-        self.w[self.d :] = total
-        rows[:] = 0.0
+            total += self.pub[u, : self.n_slots]
+        self.w[self.h0 :] = total
+        self.pub[:] = 0.0
+        self.seen[:] = 0.0
 
     def run(self, me: int, chunk, p, sqnorm, alpha, rows, sigma: float):
         """Thread ``me``'s pass over ``rows`` of a relabeled ``chunk`` (between ``tag`` and
         ``fold``). Returns ``(gap, entropy)``."""
-        return cpu.cd_pass_shared(
-            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.buf, self.d,
-            self.n_slots, rows, sigma, self.stride, self.n_threads, me,
-            hot_damp(self.n_threads), self.ends, PUBLISH_EVERY,
+        return cpu.cd_pass_views(
+            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.views[me],
+            rows, sigma, self.h0, self.pub, self.seen, me, hot_damp(self.n_threads), self.ends,
+            SYNC_EVERY,
         )  # fmt: skip

@@ -222,12 +222,88 @@ def cd_pass(
     ``chunk_objective`` measured 0.67 s against 0.78 s per 4M rows (medians of 5).
     The scalar math, ``row_update``, has no arrays and stays shared with the GPU.
     """
+    return cd_pass_views(
+        indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, sqnorm,
+        alpha, w, rows, sigma, len(w) - 1, np.zeros((1, 1)), np.zeros((1, 1, 1)), 0, 0.0,
+        np.zeros(1, np.int64), 0,
+    )  # fmt: skip
+
+
+@njit(inline="always", nogil=True)
+def tier_end(ends, rounds):
+    """How many hot slots the ``rounds``-th publication copies (``cd_pass_shared``): tier
+    ``t``'s end ``ends[t]`` when ``rounds`` is a multiple of ``4**t`` (the largest such ``t``)."""
+    m = ends[0]
+    tier = 1
+    period = 4
+    while tier < len(ends) and rounds % period == 0:
+        m = ends[tier]
+        tier += 1
+        period *= 4
+    return m
+
+
+@njit(nogil=True, cache=True)
+def cd_pass_views(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma, h0, pub, seen, me, hot_damp, ends, every,
+):  # fmt: skip
+    """``cd_pass`` on thread ``me``'s view of a ``w`` shared by threads, syncing its hot part.
+
+    ``w`` is an aliased view (``snapfit.engine.alias``): its ids below ``h0`` are the same
+    memory in every thread's view (the cold coordinates, read and written Hogwild-style), ids
+    ``h0 .. len(w) - 1`` this thread's own copy of the hot coordinates, the intercept last
+    (``snapfit.engine.shared`` sets it up and explains the scheme). The row loop is
+    ``cd_pass``'s, one load per entry; every ``every`` rows the thread *syncs* its hot copy:
+    it publishes its own moves, ``pub[me] = w_hot - sum_u seen[me, u]``, and adds the moves
+    the others have published since its last sync, ``w_hot += pub[u] - seen[me, u]``,
+    ``seen[me, u] = pub[u]`` (thread 0's own moves start from the hot values, so
+    ``sum_u pub[u]`` is the hot part of ``w`` after the pass). Syncs are tiered like the hot
+    ids, which are numbered most frequent first: the intercept and slots ``0 .. ends[0] - 1``
+    every ``every`` rows, slots ``0 .. ends[t] - 1`` every ``every * 4**t`` rows (``tier_end``),
+    all of them at the start and at the end of the call. ``every = 0``: no syncs, plain ``cd_pass``.
+
+    With ``hot_damp > 0`` (more than two threads) the curvature is ``sigma (||x_i||^2 +
+    hot_damp * ||x_i,hot||^2)``, intercept included, for the rows other threads have in flight
+    on hot coordinates (``snapfit.engine.shared``, step rule); the margin loop then also sums
+    the hot entries' squares. Returns ``(gap, entropy)`` as ``cd_pass`` does.
+    """
     bias2 = bias * bias
     gap = 0.0
     ent = 0.0
     d = len(w) - 1
     n = len(rows)
-    for t in range(n):
+    n_threads = pub.shape[0]
+    n_hot = ends[len(ends) - 1]
+    since = 0
+    rounds = 0
+    for t in range(n + 1):
+        if every > 0:
+            since += 1
+            m = -1
+            if t == 0 or t == n:
+                m = n_hot
+            elif since == every:
+                rounds += 1
+                m = tier_end(ends, rounds)
+            if m >= 0:
+                since = 0
+                for h in range(m + 1):
+                    slot = h if h < m else d - h0  # slots 0 .. m - 1, then the intercept's
+                    x = w[h0 + slot]
+                    own = x
+                    for u in range(n_threads):
+                        if u != me:
+                            own -= seen[me, u, slot]
+                    pub[me, slot] = own
+                    for u in range(n_threads):
+                        if u != me:
+                            o = pub[u, slot]
+                            x += o - seen[me, u, slot]
+                            seen[me, u, slot] = o
+                    w[h0 + slot] = x
+        if t == n:
+            break
         if t + 3 < n:
             _prefetch(indptr, rows[t + 3])
         if t + 2 < n:
@@ -261,14 +337,21 @@ def cd_pass(
         lo = indptr[i]
         hi = indptr[i + 1]
         dot = w[d] * bias  # row_dot
-        if has_values:
+        hot_sq = bias2
+        if hot_damp > 0.0:
+            for k in range(lo, hi):
+                j = indices[k]
+                x = values[k] if has_values else 1.0
+                dot += w[j] * x
+                hot_sq += x * x if j >= h0 else 0.0
+        elif has_values:
             for k in range(lo, hi):
                 dot += w[indices[k]] * values[k]
         else:
             for k in range(lo, hi):
                 dot += w[indices[k]]
         b = yi * dot
-        q = sigma * (sqnorm[i] + bias2)
+        q = sigma * (sqnorm[i] + bias2 + hot_damp * hot_sq)
         # The row's gap term is taken before its update: after an exact coordinate minimization
         # it is zero by construction and would say nothing about the chunk.
         s_new, delta, g, e = row_update(q, b, alpha[i], c)
@@ -284,164 +367,6 @@ def cd_pass(
             else:
                 for k in range(lo, hi):
                     w[indices[k]] += step
-    return gap, ent
-
-
-@njit(inline="always", nogil=True)
-def tier_end(ends, rounds):
-    """How many hot slots the ``rounds``-th publication copies (``cd_pass_shared``): tier
-    ``t``'s end ``ends[t]`` when ``rounds`` is a multiple of ``4**t`` (the largest such ``t``)."""
-    m = ends[0]
-    tier = 1
-    period = 4
-    while tier < len(ends) and rounds % period == 0:
-        m = ends[tier]
-        tier += 1
-        period *= 4
-    return m
-
-
-@njit(nogil=True, cache=True)
-def cd_pass_shared(
-    indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, sqnorm, alpha, buf, d, n_slots, rows, sigma, stride, n_threads, me,
-    hot_damp, ends, every,
-):  # fmt: skip
-    """``cd_pass`` for threads that share one ``w``: cold entries in place, hot ones in slots.
-
-    Every CPU thread of a node runs this at once on the same ``buf`` and on chunks whose hot
-    features were relabeled ``d + h`` (``relabel``; ``snapfit.engine.shared`` sets both up and
-    explains the scheme and its step rule). ``buf`` is ``w`` (ids ``0 .. d + n_slots - 1``, the
-    intercept last, at ``top = d + n_slots - 1``), then ``n_threads`` rows of ``stride`` slots,
-    row ``u`` written by thread ``u`` alone, then ``n_threads`` published rows, then one cell
-    that stays 0. An entry with ``j < d`` is *cold*: ``w[j]`` is read and written in place,
-    Hogwild-style; a race that loses an update is rare and repaired by the engine's
-    ``w = w(alpha)`` rebuild. An entry with ``j >= d`` is *hot* (as is the intercept): this
-    thread adds its moves to its own slot ``j - d`` only, so no hot update is lost, and reads
-    its own slot plus the other threads' *published* slots: a thread copies its slots to its
-    published row in tiers, the intercept and slots ``0 .. ends[0] - 1`` every ``every`` rows,
-    slots ``0 .. ends[t] - 1`` every ``every * 4**t`` rows, all ``ends[-1]`` of them at the end
-    of the call. Hot ids are numbered most frequent first and ``HotSlots`` cuts the tiers by
-    frequency, so a read misses 0.6-2.6 moves of another thread on a hot coordinate on average,
-    and the lines cross between cores once per publication, not at every row.
-
-    Hot or cold is a compare on the index the loop has loaded anyway, and each entry reads
-    ``buf[a] + buf[b]`` (``a`` its own slot or ``w[j]``, ``b`` the other thread's published
-    slot or the zero cell), so the loop has no branch and no load waits on another: on 4M
-    Criteo-40 rows two threads took 0.84-0.86 s per pass against 1.63-1.65 s for ``cd_pass``
-    (one thread of this kernel: 1.68 s). With the hot test read from ``w[j]`` itself (a tagged
-    NaN naming the slot, the earlier design, which needed no relabeled ids) it was 1.21 s.
-
-    The curvature is ``sigma (||x_i||^2 + hot_damp * ||x_i,hot||^2)``, intercept included
-    (``hot_damp`` 0 for two threads). Returns ``(gap, entropy)`` as ``cd_pass`` does, with the
-    same prefetch pipeline; helpers are spelled out for the same reason.
-    """
-    bias2 = bias * bias
-    gap = 0.0
-    ent = 0.0
-    n = len(rows)
-    top = d + n_slots - 1
-    base = top + 1 - d  # buf[base + u * stride + j] is row u's slot of the hot id j
-    own = base + me * stride
-    pub = base + (n_threads + me) * stride
-    other = base + (n_threads + 1 - me) * stride  # the other thread's published row (pairs)
-    zero = len(buf) - 1
-    pair = n_threads == 2 and hot_damp == 0.0
-    n_hot = ends[len(ends) - 1]
-    since = 0
-    rounds = 0
-    for t in range(n):
-        since += 1
-        if since == every:
-            since = 0
-            rounds += 1
-            for h in range(d, d + tier_end(ends, rounds)):
-                buf[pub + h] = buf[own + h]
-            buf[pub + top] = buf[own + top]
-        if t + 3 < n:
-            _prefetch(indptr, rows[t + 3])
-        if t + 2 < n:
-            r = rows[t + 2]
-            lo = indptr[r]
-            hi = indptr[r + 1]
-            if hi > lo:
-                for k in range(lo, hi, 16):
-                    _prefetch(indices, k)
-                    if has_values:
-                        _prefetch(values, k)
-                _prefetch(indices, hi - 1)
-                if has_values:
-                    _prefetch(values, hi - 1)
-            _prefetch(sqnorm, r)
-            _prefetch(alpha, r)
-            _prefetch(y, r)
-            if has_weight:
-                _prefetch(weight, r)
-        if t + 1 < n:
-            r = rows[t + 1]
-            for k in range(indptr[r], indptr[r + 1]):
-                _prefetch(buf, indices[k])
-        i = rows[t]
-        yi = y[i]
-        c = c_pos if yi > 0 else c_neg
-        if has_weight:
-            c *= weight[i]
-        if c <= 0.0:
-            continue
-        lo = indptr[i]
-        hi = indptr[i + 1]
-        wb = buf[own + top]
-        for u in range(n_threads):
-            if u != me:
-                wb += buf[base + (n_threads + u) * stride + top]
-        dot = wb * bias
-        hot_sq = bias2
-        if pair and has_values:
-            for k in range(lo, hi):
-                j = np.int64(indices[k])
-                hot = j >= d
-                a = j + own if hot else j
-                b = j + other if hot else zero
-                dot += (buf[a] + buf[b]) * values[k]
-        elif pair:
-            for k in range(lo, hi):
-                j = np.int64(indices[k])
-                hot = j >= d
-                a = j + own if hot else j
-                b = j + other if hot else zero
-                dot += buf[a] + buf[b]
-        else:
-            for k in range(lo, hi):
-                j = np.int64(indices[k])
-                hot = j >= d
-                v = buf[j + own if hot else j]
-                if hot:
-                    for u in range(n_threads):
-                        if u != me:
-                            v += buf[base + (n_threads + u) * stride + j]
-                x = values[k] if has_values else 1.0
-                dot += v * x
-                hot_sq += x * x if hot else 0.0
-        b = yi * dot
-        q = sigma * (sqnorm[i] + bias2 + hot_damp * hot_sq)
-        s_new, delta, g, e = row_update(q, b, alpha[i], c)
-        alpha[i] = s_new
-        gap += g
-        ent += e
-        if delta != 0.0:
-            step = sigma * delta * yi
-            buf[own + top] += step * bias
-            if has_values:
-                for k in range(lo, hi):
-                    j = np.int64(indices[k])
-                    buf[j + own if j >= d else j] += step * values[k]
-            else:
-                for k in range(lo, hi):
-                    j = np.int64(indices[k])
-                    buf[j + own if j >= d else j] += step
-    for h in range(d, d + n_hot):
-        buf[pub + h] = buf[own + h]
-    buf[pub + top] = buf[own + top]
     return gap, ent
 
 

@@ -1,4 +1,6 @@
-"""Threads sharing w: the hot set, the slots' round trip, sigma', and the w(alpha) rebuild."""
+"""Threads sharing w: the hot set, the views' round trip, sigma', and the w(alpha) rebuild."""
+
+import gc
 
 import numpy as np
 import pytest
@@ -6,6 +8,7 @@ import scipy.sparse as sp
 
 from snapfit.data.chunk import Chunk
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer, shared
+from snapfit.engine.alias import page_entries
 from snapfit.engine.shared import HotSlots, choose_hot
 from snapfit.inputs import csr_chunks
 from snapfit.solvers import cpu
@@ -28,27 +31,46 @@ def test_hot_features_most_frequent_first_in_tiers_by_row_fraction(monkeypatch):
 
 def test_tag_then_fold_gives_w_back_with_the_threads_moves():
     slots = HotSlots(10, 2)
+    h0 = slots.h0
+    assert h0 % page_entries() == 0 and h0 >= 10
     code = slots.set_hot([2, 7])
-    np.testing.assert_array_equal(code, [0, 1, 10, 3, 4, 5, 6, 11, 8, 9])
+    np.testing.assert_array_equal(code, [0, 1, h0, 3, 4, 5, 6, h0 + 1, 8, 9])
     real = np.arange(11) - 4.5
     slots.w[:] = slots.to_ext(real)
     np.testing.assert_array_equal(slots.to_real(slots.w), real)
-    assert slots.w[2] == slots.w[7] == 0.0 and slots.w[10] == real[2] and slots.w[-1] == real[10]
+    assert slots.w[2] == slots.w[7] == 0.0 and slots.w[h0] == real[2] and slots.w[-1] == real[10]
+    assert not slots.w[10:h0].any()
     before = slots.w.copy()
     slots.tag()
-    rows = slots._rows()  # own rows, then published ones
-    np.testing.assert_array_equal(rows[0, : slots.n_slots], before[10:])
-    np.testing.assert_array_equal(rows[2, : slots.n_slots], before[10:])
-    rows[1, [0, 1, slots.n_slots - 1]] += [1.0, 2.0, 3.0]  # thread 1: both hot ids, intercept
+    v0, v1 = slots.views
+    np.testing.assert_array_equal(v1, before)  # cold: the same memory; hot: copied
+    np.testing.assert_array_equal(slots.pub[0, : slots.n_slots], before[h0:])
+    np.testing.assert_array_equal(slots.seen[1, 0, : slots.n_slots], before[h0:])
+    v1[3] += 0.5  # a cold move of thread 1 is thread 0's at once
+    assert v0[3] == real[3] + 0.5
+    slots.pub[1, [0, 1, slots.n_slots - 1]] += [1.0, 2.0, 3.0]  # thread 1's published moves
     slots.fold()
     moved = real.copy()
-    moved[[2, 7, 10]] += [1.0, 2.0, 3.0]
+    moved[[2, 7, 10, 3]] += [1.0, 2.0, 3.0, 0.5]
     np.testing.assert_array_equal(slots.to_real(slots.w), moved)
-    assert not rows.any() and slots.buf[-1] == 0.0
+    assert not slots.pub.any() and not slots.seen.any()
+
+
+def test_views_outlive_their_owner_and_stay_apart_from_other_fits():
+    """Each HotSlots maps its own memory; a slice of a view keeps that memory alive."""
+    a, b = HotSlots(600, 2), HotSlots(600, 2)
+    a.views[1][5] = 1.0
+    assert a.w[5] == 1.0 and b.w[5] == 0.0 and b.views[1][5] == 0.0
+    tail = a.views[1][:10]
+    del a
+    gc.collect()
+    assert tail[5] == 1.0
+    tail[6] = 2.0  # still mapped
 
 
 def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
     slots = HotSlots(6, 2)
+    h0 = slots.h0
     real = np.arange(7.0) + 1
     slots.w[:] = slots.to_ext(real)  # no hot feature yet: the intercept is already last
     assert slots.w[-1] == 7.0 and not slots.w[6:-1].any()
@@ -57,7 +79,7 @@ def test_w_moves_to_the_new_order_when_the_hot_set_is_chosen():
     np.testing.assert_array_equal(slots.to_real(slots.w), real)
     indices = np.array([0, 1, 2, 3, 5, 2], np.int32)
     cpu.relabel(indices, code, indices)
-    np.testing.assert_array_equal(indices, [7, 1, 6, 3, 5, 6])
+    np.testing.assert_array_equal(indices, [h0 + 1, 1, h0, 3, 5, h0])
     again = indices.copy()
     cpu.relabel(again, code, again)  # relabeling twice is relabeling once
     np.testing.assert_array_equal(again, indices)
@@ -157,14 +179,14 @@ def test_a_larger_sigma_moves_w_by_its_share_as_one_view(monkeypatch):
 
 def test_the_fit_runs_on_relabeled_copies_and_gives_the_source_its_chunks_back():
     """The chunks are views of the caller's matrix: the fit relabels copies of their indices
-    (the dense column becomes id D), never the matrix, and the source delivers the chunks as
+    (the dense column becomes id h0, the first past D's pages), never the matrix, and the source delivers the chunks as
     given once the trainer is closed."""
     tr, X, y = _trainer(True)
     given = list(tr.source._stored)
     before = X.indices.copy()
     try:
         assert all(np.shares_memory(c.indices, X.indices) for c in given)
-        assert all((c.indices == D).sum() == c.n_rows for c in tr.source.chunks)
+        assert all((c.indices == tr.slots.h0).sum() == c.n_rows for c in tr.source.chunks)
         assert not any((c.indices == 0).any() for c in tr.source.chunks)
         tr.run_epoch()
         w = tr.coef()

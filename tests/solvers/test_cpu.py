@@ -103,23 +103,24 @@ def test_cd_pass_matches_reference(problem, sigma, use_weight):
 
 
 def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, code):
-    """``cd_pass_shared`` over ``parts`` (thread ``t`` runs ``parts[t]``, one after another),
-    between the slots' tag and fold, on ``X`` relabeled by ``code``; ``slots.w`` is the result
-    (in the slots' feature order)."""
+    """``cd_pass_views`` over ``parts`` (thread ``t`` runs ``parts[t]`` on its view, one after
+    another), between the slots' tag and fold, on ``X`` relabeled by ``code``; ``slots.w`` is
+    the result (in the slots' feature order)."""
     Xr = sp.csr_matrix(X)
     Xr.indices = Xr.indices.astype(np.int32)
     cpu.relabel(Xr.indices, code, Xr.indices)
     slots.tag()
     for t, rows in enumerate(parts):
-        cpu.cd_pass_shared(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.buf,
-                           slots.d, slots.n_slots, rows, 1.0, slots.stride, slots.n_threads, t,
-                           0.0, slots.ends, 7)  # fmt: skip
+        cpu.cd_pass_views(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.views[t],
+                          rows, 1.0, slots.h0, slots.pub, slots.seen, t, 0.0, slots.ends, 7)  # fmt: skip
     slots.fold()
 
 
-def test_shared_threads_read_each_others_published_slots_only():
-    """A thread reads its own hot slots live and the other thread's as last published: a move
-    thread 0 has not published yet is invisible to thread 1, and a call publishes at its end."""
+def test_a_thread_sees_the_others_hot_moves_as_of_its_last_sync():
+    """Cold coordinates are one memory in every view; a hot coordinate holds the thread's own
+    moves plus the others' *published* ones, pulled at its syncs (here every row): a move thread
+    0 has not published is invisible to thread 1, a published one is not, and thread 1
+    publishes its own moves at the end of its call."""
     X = sp.csr_matrix(np.array([[1.0, 1.0], [1.0, 0.0]], dtype=np.float32))
     y = np.array([1.0, -1.0], dtype=np.float32)
     sq = np.zeros(2, np.float32)
@@ -127,26 +128,29 @@ def test_shared_threads_read_each_others_published_slots_only():
 
     def thread1_alpha(unpublished: float, published: float) -> float:
         slots = HotSlots(2, 2)
-        code = slots.set_hot([0])  # feature 0 (id 2 from now on); feature 1 stays cold
+        code = slots.set_hot([0])  # feature 0 (id h0 from now on); feature 1 stays cold
         Xr = X.copy()
         cpu.relabel(Xr.indices, code, Xr.indices)
         slots.tag()
-        rows = slots._rows()  # own rows, then published ones
-        rows[0, 0] += unpublished  # thread 0's own slot of feature 0
-        rows[2, 0] += published  # thread 0's published slot of feature 0
+        v0, v1 = slots.views
+        v0[1] = 0.5  # a cold coordinate: thread 1 sees it at once
+        assert v1[1] == 0.5
+        v0[slots.h0] += unpublished  # thread 0's own copy of feature 0
+        slots.pub[0, 0] += published  # thread 0's published moves on feature 0
         alpha = np.zeros(2)
-        cpu.cd_pass_shared(*chunk_args(Xr, None, y), 1.0, 1.0, 0.0, sq, alpha, slots.buf, 2,
-                           slots.n_slots, np.array([0]), 1.0, slots.stride, 2, 1, 0.0,
-                           slots.ends, 64)  # fmt: skip
-        np.testing.assert_array_equal(rows[3], rows[1])  # published at the end
-        assert rows[1, 0] != 0.0  # thread 1 moved feature 0 in its own slot
+        cpu.cd_pass_views(*chunk_args(Xr, None, y), 1.0, 1.0, 0.0, sq, alpha, v1,
+                          np.array([0]), 1.0, slots.h0, slots.pub, slots.seen, 1, 0.0,
+                          slots.ends, 1)  # fmt: skip
+        moved = v1[slots.h0] - slots.pub[0, 0]  # thread 1's own move on feature 0
+        assert moved != 0.0 and slots.pub[1, 0] == moved  # published at the end
+        assert v0[slots.h0] == unpublished  # a view's hot copy is its own
         return alpha[0]
 
     assert thread1_alpha(5.0, 0.0) == thread1_alpha(0.0, 0.0)
     assert thread1_alpha(0.0, 5.0) != thread1_alpha(0.0, 0.0)
 
 
-def test_publications_copy_tier_t_every_4_to_the_t_rounds():
+def test_syncs_cover_tier_t_every_4_to_the_t_rounds():
     ends = np.array([2, 5, 9, 9, 20], np.int64)
     got = [int(cpu.tier_end(ends, r)) for r in range(1, 257)]
     assert got[:16] == [2, 2, 2, 5, 2, 2, 2, 5, 2, 2, 2, 5, 2, 2, 2, 9]
@@ -157,11 +161,11 @@ def test_publications_copy_tier_t_every_4_to_the_t_rounds():
 
 @pytest.mark.parametrize("use_weight", [False, True])
 @pytest.mark.parametrize("n_hot", [0, 5, 40])
-def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
-    """One thread: bit for bit ``cd_pass``, whichever features are hot (a cold entry adds the
-    zero cell, exactly). Two and three threads run one after the other (the two-thread loop
-    and the general one): each sees the others' slots summed, so the pass is the sequential
-    one over all parts (to rounding: sums in another order)."""
+def test_cd_pass_views_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
+    """One thread: bit for bit ``cd_pass``, whichever features are hot. Two and three threads
+    run one after the other (three take the loop that sums hot squares for the step): each
+    pulls the others' moves when its call starts, so the pass is the sequential one over all
+    parts (to rounding: sums in another order)."""
     X, y, weight = problem
     wt = weight if use_weight else None
     c_pos, c_neg, bias = 2.0, 0.5, 1.5
@@ -179,14 +183,53 @@ def test_cd_pass_shared_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
         cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
         _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], code)
         _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], code)
-        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]),
-                     code)  # fmt: skip
+        three_parts = np.split(rows, [90, 200])
+        if n_hot == 40:  # with hot_damp 0, three threads in sequence are still the pass
+            three.tag()
+            Xr = sp.csr_matrix(X)
+            Xr.indices = Xr.indices.astype(np.int32)
+            cpu.relabel(Xr.indices, code, Xr.indices)
+            for t, part in enumerate(three_parts):
+                cpu.cd_pass_views(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, a3,
+                                  three.views[t], part, 1.0, three.h0, three.pub, three.seen, t,
+                                  0.0, three.ends, 7)  # fmt: skip
+            three.fold()
+        else:
+            _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, three_parts, code)
         np.testing.assert_array_equal(a1, alpha)
         np.testing.assert_array_equal(one.to_real(one.w), w)
         for a, slots in ((a2, two), (a3, three)):
             np.testing.assert_allclose(a, alpha, rtol=1e-12, atol=1e-15)
             np.testing.assert_allclose(slots.to_real(slots.w), w, rtol=1e-12, atol=1e-14)
-    assert np.all(np.isfinite(one.w)) and one.buf[-1] == 0.0
+    assert np.all(np.isfinite(one.w))
+
+
+def test_more_than_two_threads_damp_the_hot_part_of_the_curvature(problem):
+    """``hot_damp`` adds ``hot_damp * ||x_hot||^2`` (intercept included) to a row's
+    curvature: the same step as ``cd_pass`` on norms grown by that much."""
+    X, y, _ = problem
+    csr = sp.csr_matrix(X)
+    sq = np.zeros(300, np.float32)
+    args = (csr.indptr.astype(np.int64), csr.indices, csr.data, True)
+    cpu.row_sqnorms(*args, sq)
+    slots = HotSlots(40, 1)
+    hot = np.arange(0, 40, 3)
+    code = slots.set_hot(hot)
+    Xr = csr.copy()
+    Xr.indices = Xr.indices.astype(np.int32)
+    cpu.relabel(Xr.indices, code, Xr.indices)
+    hot_sq = np.asarray(csr[:, hot].multiply(csr[:, hot]).sum(axis=1)).ravel() + 1.0
+    grown = (sq + 0.5 * hot_sq).astype(np.float32)
+    rows = np.random.default_rng(3).permutation(300)
+    a_views, a_ref = np.zeros(300), np.zeros(300)
+    slots.tag()
+    cpu.cd_pass_views(*chunk_args(Xr, None, y), 1.0, 1.0, 1.0, sq, a_views, slots.views[0], rows,
+                      1.0, slots.h0, slots.pub, slots.seen, 0, 0.5, slots.ends, 7)  # fmt: skip
+    slots.fold()
+    w = np.zeros(41)
+    cpu.cd_pass(*chunk_args(X, None, y), 1.0, 1.0, 1.0, grown, a_ref, w, rows, 1.0)
+    np.testing.assert_allclose(a_views, a_ref, rtol=1e-5)
+    assert not np.array_equal(a_views, np.zeros(300))
 
 
 @pytest.mark.parametrize("step", [1, 3])
@@ -274,23 +317,18 @@ def _loop_blocks(llvm_ir: str, name: str) -> list[str]:
     return ["\n".join(ls) for b, ls in blocks.items() if b in reach(b)]
 
 
-@pytest.mark.parametrize("kernel", ["cd_pass", "cd_pass_shared"])
-def test_cd_pass_row_loop_makes_no_refcount_calls(kernel):
+def test_cd_pass_row_loop_makes_no_refcount_calls():
     """The hot loop spells out its array helpers (see ``cd_pass``): an inlined helper taking
     arrays left NRT incref/decref calls in it, every row, ~20 % of a pass. Compiled afresh (a
-    cached function has no IR to inspect)."""
-    fresh = njit(nogil=True)(getattr(cpu, kernel).py_func)
-    rows = np.arange(2)
+    cached function has no IR to inspect). ``cd_pass`` is this loop with no syncs."""
+    fresh = njit(nogil=True)(cpu.cd_pass_views.py_func)
+    slots = HotSlots(2, 2)
+    slots.tag()
     args = (np.array([0, 2, 3], np.int64), np.array([0, 1, 1], np.int32), np.ones(3, np.float32),
             True, np.array([1, -1], np.float32), E, False, 1.0, 1.0, 1.0, np.ones(2),
-            np.zeros(2))  # fmt: skip
-    if kernel == "cd_pass":
-        args += (np.zeros(3), rows, 1.0)
-    else:
-        slots = HotSlots(2, 2)
-        slots.tag()
-        args += (slots.buf, 2, slots.n_slots, rows, 1.0, slots.stride, 2, 1, 0.0, slots.ends, 1)
+            np.zeros(2), slots.views[1], np.arange(2), 1.0, slots.h0, slots.pub, slots.seen, 1,
+            0.0, slots.ends, 1)  # fmt: skip
     fresh(*args)
-    loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), kernel))
+    loop = "\n".join(_loop_blocks(fresh.inspect_llvm(fresh.signatures[0]), "cd_pass_views"))
     assert "@log" in loop  # the row loop was found (row_update's logarithms are inlined in it)
     assert "@NRT_incref" not in loop and "@NRT_decref" not in loop
