@@ -1,4 +1,4 @@
-"""CPU threads sharing one ``w``: hot coordinates in per-thread slots, the rest Hogwild-style.
+"""CPU threads sharing one ``w``: hot coordinates in per-thread copies, the rest Hogwild-style.
 
 Why. CoCoA+ threads (``snapfit.engine.units.CpuUnit``) each solve their rows on a private view
 with curvature ``sigma' ||x_i||^2``, ``sigma' = K``: every row's step is damped K-fold, so two
@@ -13,17 +13,31 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   Dhillon 2015). Two threads rarely touch one at once, but when their read-add-write races an
   update is lost and ``w`` drifts from ``w(alpha)``;
 * **hot** coordinates (the ``MAX_HOT`` most frequent features of those in two rows or more, by
-  column counts over ~1M of the rows, ``count_step``; the intercept always) live, during a pass, in
-  per-thread *slots*: thread ``t`` adds its moves to its own row of slots only and copies
-  that row, now and then, to a *published* row the other threads read; a thread's hot value is
-  its own slot plus the others' published ones. Each slot has one writer, so no hot update is
-  lost; 8-byte aligned loads and stores are atomic on x86-64 and AArch64, so a reader sees
-  each slot either before or after a copy, never torn. After the pass the slots are folded
-  back into ``w``. Publication is tiered by frequency: the features in more than
-  ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``PUBLISH_EVERY`` (64) rows, those
-  in more than 1/4 of that every 256 rows, and so on (``TIERS``): between two publications a
-  hot coordinate gets 0.6-2.6 moves of a thread on average, whatever its frequency, while
-  publications copy 11-12 slots (1.5 cache lines) per row on 4M Criteo-like rows.
+  column counts over ~1M of the rows, ``count_step``; the intercept always) live, during a
+  pass, in a per-thread *copy*: thread ``t`` adds its moves to its own copy only and now and
+  then *syncs* it: it publishes its own moves so far to a row the other threads read and adds
+  the moves they have published since its last sync. Each published row has one writer, so no
+  hot update is lost; 8-byte aligned loads and stores are atomic on x86-64 and AArch64, so a
+  reader sees each published value either before or after a sync, never torn. After the pass
+  the published moves are summed into ``w``. Syncs are tiered by frequency: the features in
+  more than ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``SYNC_EVERY`` (64)
+  rows, those in more than 1/4 of that every 256 rows, and so on (``TIERS``): between two
+  syncs a hot coordinate gets 0.6-2.6 moves of a thread on average, whatever its frequency,
+  while syncs touch ~12 hot coordinates (1.5 cache lines) per row on 4M Criteo-like rows.
+
+Aliased views. Each thread's ``w`` is an array whose head (the cold ids) is the same physical
+memory in every thread and whose tail (the hot ids and the intercept) is its own
+(``snapfit.engine.alias``: one memory file mapped at the head of each view). The pass is then
+``cpu.cd_pass``'s loop, one load per entry and no test of hot or cold (``cpu.cd_pass_views``
+adds only the syncs), and any row can go to any thread. The previous kernel read every entry
+as ``buf[a] + buf[b]`` (its own slot or ``w[j]``, plus the other thread's published slot or a
+zero cell, chosen by comparing the id with ``n_features``): one thread of it took 1.32x
+``cd_pass``'s time per pass (2.06 s against 1.56 s on 4M Criteo-40 rows), and two threads
+1.41-1.61x one thread of ``cd_pass``, where two threads of ``cd_pass`` on private views
+(CoCoA+) made 2.0-2.1x. On aliased views (24 interleaved passes of 4M Criteo-40 rows each way,
+one process, medians): 1.92x one thread syncing every 64 rows, 2.12x every 128 rows, CoCoA+
+2.13x, the old kernel 1.54x. What the syncs cost is the published lines crossing between the
+cores (syncing against rows nobody else wrote cost 4 %; prefetching them ahead did not help).
 
 Why so many hot coordinates. Lost updates are not noise the fit forgets: the rows' later steps
 adapt ``alpha`` to the ``w`` they see, so ``w(alpha)`` walks away from ``w`` and the model the
@@ -35,38 +49,41 @@ test log loss was 0.3204 where the threads' ``w`` had 0.32004 (the target is the
 + 1e-4), and runs took 14-17 epochs to the target against 12-15 for one thread. With the 4096
 most frequent hot, 500-600 coordinates per epoch; with 16384, 25-29 (0.02-0.05), no visible
 gap between the two models, and 12-16 epochs (median 14 of 6 runs) against one thread's 12-15
-(median 14.5 of 4 seeds). The slots of 16384 features (128 KB per row, own and published rows
-of two threads 512 KB) stay in L2; an epoch took as long as with 306 (within this machine's
-noise, 0.9-1.3 s either way); with 65536 it was ~10 % slower.
+(median 14.5 of 4 seeds). The hot copies of 16384 features (128 KB per thread, with the
+published and seen rows 384 KB) stay in L2; an epoch took as long as with 306 (within this
+machine's noise, 0.9-1.3 s either way); with 65536 it was ~10 % slower. (Measured with the
+previous kernel, below; the hot set is the same.)
 
 Relabeled ids. Once the hot set is known the fit runs in its own feature order: hot feature
-``hot[h]`` becomes id ``d + h`` (``cpu.relabel``, entry order inside a row kept), the intercept
-is id ``d + MAX_HOT``, and ``w`` is laid out the same way (``HotSlots.w``; ``to_ext`` and
-``to_real`` map a model in the data's order to and from it). The kernel then tells hot from
-cold by comparing the id it has loaded with ``d``, and finds the slot at ``id - d``: no load
-waits on another. The source delivers relabeled chunks (``ChunkSource.relabel``: in-memory
-sources keep relabeled copies of the indices, 4 bytes per stored value while the fit runs, the
-caller's arrays untouched; a streaming source relabels each chunk in its buffer as the
-consuming thread takes it). The
-earlier design marked hot entries inside ``w`` (a tagged NaN naming the slot) and needed no
-relabeling, but every entry's slot load waited on the load of ``w[j]``: on 4M Criteo-40 rows
-two threads took 1.21 s per pass with it and 0.84-0.86 s with relabeled ids (``cpu.cd_pass``
-on one thread: 1.63-1.65 s).
-Telling hot from cold by a bitmap over the data's own ids took 1.31x as long as relabeled ids
-(the address waits on the bitmap's load). Avoiding the copy altogether with private views
-whose hot features are synced during the pass (no relabeling, no lost updates) matched this
-scheme on 4M rows but fell far behind at 200M (gap estimate 0.062 after 10 epochs against
-0.018), where the cold features' unseen moves grow with the rows (``docs/threads.md``).
+``hot[h]`` becomes id ``h0 + h`` (``cpu.relabel``, entry order inside a row kept; ``h0`` is
+``n_features`` rounded up to whole memory pages, where the views' private tails start), the
+intercept is id ``h0 + MAX_HOT``, and ``w`` is laid out the same way (``HotSlots.w``;
+``to_ext`` and ``to_real`` map a model in the data's order to and from it). The source
+delivers relabeled chunks (``ChunkSource.relabel``: in-memory sources keep relabeled copies of
+the indices, 4 bytes per stored value while the fit runs, the caller's arrays untouched; a
+streaming source relabels each chunk in its buffer as the consuming thread takes it). Designs
+that needed no relabeling were slower: hot entries marked inside ``w`` (a tagged NaN naming the
+slot: every entry's slot load waited on the load of ``w[j]``, 1.21 s per pass of two threads
+against 0.84-0.86 s for the ``buf[a] + buf[b]`` kernel), or told apart by a bitmap over the
+data's own ids (1.31x, the address waits on the bitmap's load); private views whose hot
+features are synced during the pass and whose cold ones are merged after it (no relabeling,
+no lost updates) matched the shared ``w`` on 4M rows but fell far behind at 200M (gap
+estimate 0.062 after 10 epochs against 0.018), where the cold features' unseen moves grow
+with the rows (``docs/threads.md``). Aliased views keep the cold coordinates fresh as the
+shared ``w`` does.
 
 Why published copies. When the threads read each other's live slots, the lines of the dense
 coordinates moved between the two cores at nearly every row: a pass over 1M Criteo-like rows
 (39 entries each) took 0.335 s on two threads against 0.488 s on one thread of that kernel and
-0.34-0.37 s for ``cpu.cd_pass``. Copying every 64 rows, the lines cross once per 64 rows: 0.22-
-0.23 s on two threads against 0.47 s on one (2.1x), 1.5x faster than ``cpu.cd_pass``. The
-price is staleness: a row misses up to 64 of the other thread's rows on the first tier.
-Emulated on 300k such rows (both threads' rows interleaved one by one, cold coordinates fresh,
-no damping), the exact gap reached 1e-4 after 22 epochs at 1, 8 and 64 rows of staleness, as
-one thread did, 24 at 256 and 26 at 1024, the gap less steady from epoch to epoch as it grows.
+0.34-0.37 s for ``cpu.cd_pass``. Published every 64 rows, the lines cross once per 64 rows.
+The price is staleness: a row misses the other thread's hot moves since its last
+publication, and, as a thread pulls them at its own syncs, up to two periods of them (64 to
+128 rows on the first tier, half that on average). Emulated on 300k such rows (both threads'
+rows interleaved one by one, cold coordinates fresh, no damping), the exact gap reached 1e-4
+after 22 epochs at 1, 8 and 64 rows of staleness, as one thread did, 24 at 256 and 26 at 1024,
+the gap less steady from epoch to epoch as it grows. Syncing every 32 rows instead of 64 did
+not lower the epochs to the target (15, 15, 15 for seeds 0-2 on 4M Criteo-40 rows against 15,
+15, 13) and cost time.
 
 Step rule (bounded staleness). A row's margin misses the moves of the rows other threads have
 in flight. With live slots, a set ``S`` of at most ``T`` rows (one per thread) is computed
@@ -81,9 +98,9 @@ x_ij^2`` is safe: with ``|S_j| <= T`` on hot coordinates and ``<= 2`` on cold on
 threads at once on one cold coordinate is what the hot set rules out), this is ``||x_i||^2 +
 (T/2 - 1)^+ ||x_i,hot||^2``: **no damping at all for two threads**, ``hot_damp = T/2 - 1``
 for more. It is the GPU review's rows-in-flight reasoning at ``tau = T``. The bound covers a
-row overlapping one row per other thread; published copies (up to ``PUBLISH_EVERY`` rows of
+row overlapping one row per other thread; syncs (up to ``2 * SYNC_EVERY`` rows of
 each other thread unseen on hot coordinates), a fully asynchronous schedule and lost cold
-updates are outside it. The bound for ``PUBLISH_EVERY`` rows in flight would damp hot
+updates are outside it. The bound for ``SYNC_EVERY`` rows in flight would damp hot
 coordinates about as much as CoCoA+ does, so the rows are not damped for it: the emulation
 above is the evidence that the steps still converge, and the certificate never trusts the
 bound: see below.
@@ -107,8 +124,8 @@ import numpy as np
 from snapfit.engine.alias import aliased_views, page_entries
 from snapfit.solvers import cpu
 
-#: The ``MAX_HOT`` most frequent features (of those in two rows or more) are hot: slots stay
-#: in L1/L2, and a cold feature is rare enough that two threads seldom update it at once.
+#: The ``MAX_HOT`` most frequent features (of those in two rows or more) are hot: their copies
+#: stay in L1/L2, and a cold feature is rare enough that two threads seldom update it at once.
 MAX_HOT = 16384
 #: A thread syncs its first tier of hot coordinates (features in more than this fraction of the
 #: rows, and the intercept) with the others every ``SYNC_EVERY`` of its rows.

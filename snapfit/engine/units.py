@@ -119,9 +119,9 @@ class CpuUnit(Unit):
 
 class SharedCpuUnit(CpuUnit):
     """A CPU thread of a node whose threads share ``w`` (``snapfit.engine.shared``): its
-    passes run ``cpu.cd_pass_views`` on its aliased view of that ``w`` as thread ``me``; its ``view``
-    serves only the passes that sum over chunks (``warm``, the ``w(alpha)`` rebuild) and the
-    column counts that pick the hot coordinates."""
+    passes run ``cpu.cd_pass_views`` on its aliased view of that ``w`` as thread ``me``; its
+    own ``view`` serves only the passes that sum over chunks (``warm``, the ``w(alpha)``
+    rebuild) and the column counts that pick the hot coordinates."""
 
     def __init__(self, problem, sigma: float, view: np.ndarray, slots, me: int):
         super().__init__(problem, sigma, view)

@@ -179,8 +179,8 @@ def test_a_larger_sigma_moves_w_by_its_share_as_one_view(monkeypatch):
 
 def test_the_fit_runs_on_relabeled_copies_and_gives_the_source_its_chunks_back():
     """The chunks are views of the caller's matrix: the fit relabels copies of their indices
-    (the dense column becomes id h0, the first past D's pages), never the matrix, and the source delivers the chunks as
-    given once the trainer is closed."""
+    (the dense column becomes id h0, the first id past D's pages), never the matrix, and the
+    source delivers the chunks as given once the trainer is closed."""
     tr, X, y = _trainer(True)
     given = list(tr.source._stored)
     before = X.indices.copy()
@@ -211,3 +211,23 @@ def test_an_in_memory_source_relabels_copies_in_pieces_on_several_threads():
     assert not np.shares_memory(src.chunks[0].indices, ids) and (ids == 3).any()
     src.relabel(None)
     assert src.chunks[0] is chunk
+
+
+def test_three_sharing_threads_reach_one_threads_optimum():
+    """Three threads take the loop that damps the hot part of the curvature (``hot_damp``
+    0.5); the fit's certified optimum is one thread's."""
+    from snapfit.train import train
+
+    rng = np.random.default_rng(4)
+    X = sp.random(3000, 199, density=0.02, random_state=5, format="csr", dtype=np.float32)
+    X = sp.hstack([np.ones((3000, 1), np.float32), X], format="csr")
+    y = np.where(rng.random(3000) < 0.3, 1.0, -1.0).astype(np.float32)
+    coefs = []
+    for n_cpu in (1, 3):
+        src = InMemorySource(csr_chunks(X, y, None, 1000), 200)
+        prob = Problem(n_features=200, c_pos=0.1, c_neg=0.1, bias=1.0, tol=1e-8, max_iter=500,
+                       seed=2)  # fmt: skip
+        res = train(src, prob, devices=Devices(n_cpu=n_cpu, share_cpu=True))
+        assert res.converged
+        coefs.append(res.w)
+    np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-3, atol=1e-4)

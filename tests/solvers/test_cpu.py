@@ -112,7 +112,8 @@ def _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, alpha, slots, parts, code):
     slots.tag()
     for t, rows in enumerate(parts):
         cpu.cd_pass_views(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, alpha, slots.views[t],
-                          rows, 1.0, slots.h0, slots.pub, slots.seen, t, 0.0, slots.ends, 7)  # fmt: skip
+                          rows, 1.0, slots.h0, slots.pub, slots.seen, t, 0.0, slots.ends,
+                          7)  # fmt: skip
     slots.fold()
 
 
