@@ -75,8 +75,11 @@ class _Mapping:
     def __del__(self):
         if self.addr:
             self._munmap(self.addr, self.nbytes)
-            os.close(self.fd)
             self.addr = 0
+            try:
+                os.close(self.fd)
+            except (OSError, TypeError):  # pragma: no cover - interpreter shutdown
+                pass
 
 
 def aliased_views(n_shared: int, n_private: int, n_views: int) -> list[np.ndarray]:
