@@ -186,7 +186,7 @@ class HotSlots:
     def __init__(self, n_features: int, n_threads: int):
         self.d = int(n_features)
         page = page_entries()
-        self.h0 = -(-self.d // page) * page  # the first hot id: the private tails start a page
+        self.h0 = -(-self.d // page) * page  # the first hot id, where the private tails start
         if self.h0 + MAX_HOT >= 2**31:
             raise ValueError(
                 f"threads sharing w relabel hot features past n_features={self.d}, which leaves "
