@@ -164,9 +164,9 @@ def test_syncs_cover_tier_t_every_4_to_the_t_rounds():
 @pytest.mark.parametrize("n_hot", [0, 5, 40])
 def test_cd_pass_views_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
     """One thread: bit for bit ``cd_pass``, whichever features are hot. Two and three threads
-    run one after the other (three take the loop that sums hot squares for the step): each
-    pulls the others' moves when its call starts, so the pass is the sequential one over all
-    parts (to rounding: sums in another order)."""
+    run one after the other (three pull from two others at each sync): each pulls the others'
+    moves when its call starts, so the pass is the sequential one over all parts (to rounding:
+    sums in another order). The loop that damps hot coordinates is tested below."""
     X, y, weight = problem
     wt = weight if use_weight else None
     c_pos, c_neg, bias = 2.0, 0.5, 1.5
@@ -184,19 +184,8 @@ def test_cd_pass_views_is_cd_pass_whatever_is_hot(problem, use_weight, n_hot):
         cpu.cd_pass(*chunk_args(X, wt, y), c_pos, c_neg, bias, sq, alpha, w, rows, 1.0)
         _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a1, one, [rows], code)
         _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a2, two, [rows[:120], rows[120:]], code)
-        three_parts = np.split(rows, [90, 200])
-        if n_hot == 40:  # with hot_damp 0, three threads in sequence are still the pass
-            three.tag()
-            Xr = sp.csr_matrix(X)
-            Xr.indices = Xr.indices.astype(np.int32)
-            cpu.relabel(Xr.indices, code, Xr.indices)
-            for t, part in enumerate(three_parts):
-                cpu.cd_pass_views(*chunk_args(Xr, wt, y), c_pos, c_neg, bias, sq, a3,
-                                  three.views[t], part, 1.0, three.h0, three.pub, three.seen, t,
-                                  0.0, three.ends, 7)  # fmt: skip
-            three.fold()
-        else:
-            _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, three_parts, code)
+        _shared_pass(X, y, wt, c_pos, c_neg, bias, sq, a3, three, np.split(rows, [90, 200]),
+                     code)  # fmt: skip
         np.testing.assert_array_equal(a1, alpha)
         np.testing.assert_array_equal(one.to_real(one.w), w)
         for a, slots in ((a2, two), (a3, three)):
