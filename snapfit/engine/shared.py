@@ -20,10 +20,11 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   hot update is lost; 8-byte aligned loads and stores are atomic on x86-64 and AArch64, so a
   reader sees each published value either before or after a sync, never torn. After the pass
   the published moves are summed into ``w``. Syncs are tiered by frequency: the features in
-  more than ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``SYNC_EVERY`` (64)
-  rows, those in more than 1/4 of that every 256 rows, and so on (``TIERS``): between two
-  syncs a hot coordinate gets 0.6-2.6 moves of a thread on average, whatever its frequency,
-  while syncs touch ~12 hot coordinates (1.5 cache lines) per row on 4M Criteo-like rows.
+  more than ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``sync_every`` rows
+  (64; 128 on 640k rows or more), those in more than 1/4 of that 4x less often, and so on
+  (``TIERS``): between two syncs a hot coordinate gets 0.6-2.6 moves of a thread on average
+  (twice that at 128), whatever its frequency, while syncs touch ~12 hot coordinates (1.5
+  cache lines) per row on 4M Criteo-like rows at 64 rows, half that at 128.
 
 Aliased views. Each thread's ``w`` is an array whose head (the cold ids) is the same physical
 memory in every thread and whose tail (the hot ids and the intercept) is its own
@@ -81,9 +82,22 @@ publication, and, as a thread pulls them at its own syncs, up to two periods of 
 128 rows on the first tier, half that on average). Emulated on 300k such rows (both threads'
 rows interleaved one by one, cold coordinates fresh, no damping), the exact gap reached 1e-4
 after 22 epochs at 1, 8 and 64 rows of staleness, as one thread did, 24 at 256 and 26 at 1024,
-the gap less steady from epoch to epoch as it grows. Syncing every 32 rows instead of 64 did
-not lower the epochs to the target (15, 15, 15 for seeds 0-2 on 4M Criteo-40 rows against 15,
-15, 13) and cost time.
+the gap less steady from epoch to epoch as it grows: staleness up to ~2e-4 of the rows was
+free. Hence ``sync_every``: 64 rows, and 128 once that is at most 2e-4 of the rows (640k rows
+or more). On 4M Criteo-40 rows (2e-4 is 800 rows) the epochs to the bench's target did not
+move with the period: seeds 0-7 took 15, 16, 17, 14, 14, 15, 14, 16 epochs at 64 rows and 15,
+14, 17, 17, 12, 13, 16, 15 at 128 (seeds 0, 2, 4 at 4 rows: 17, 13, 15; at 32 rows: 15, 15,
+15 for seeds 0-2), while a pass of two threads was 1.10x (24 interleaved passes) and 1.16x
+(20) faster at 128 than at 64: what the syncs cost is the published lines crossing between
+the cores, and 128 rows halves it (no syncs at all: 1.33x). What two threads lose in epochs
+against one (13, 15, 13, 13, 12, 13, 14, 15 for the same seeds) is not staleness: with the
+two threads' passes run one after the other (a lock around the kernel) the fit is one
+thread's bit for bit, and with syncs every 4 rows the dual after the first epoch is still
+~1.5 % below one thread's (61.8k against 62.8k on those rows; 59.7k-62.0k at 64 rows). It is
+the rows the threads update at the same moment, which share the dense coordinates (~85 % of
+``||x_i||^2``): a Jacobi step over them gains less than two sequential steps. Damping the hot
+part to make up for it (``hot_damp`` 0.25 or 1 for two threads) lost more: the dual after 6
+epochs 113.2k and 104.6k against 115.6k-115.8k undamped.
 
 Step rule (bounded staleness). A row's margin misses the moves of the rows other threads have
 in flight. With live slots, a set ``S`` of at most ``T`` rows (one per thread) is computed
@@ -98,9 +112,9 @@ x_ij^2`` is safe: with ``|S_j| <= T`` on hot coordinates and ``<= 2`` on cold on
 threads at once on one cold coordinate is what the hot set rules out), this is ``||x_i||^2 +
 (T/2 - 1)^+ ||x_i,hot||^2``: **no damping at all for two threads**, ``hot_damp = T/2 - 1``
 for more. It is the GPU review's rows-in-flight reasoning at ``tau = T``. The bound covers a
-row overlapping one row per other thread; syncs (up to ``2 * SYNC_EVERY`` rows of
+row overlapping one row per other thread; syncs (up to two sync periods of rows of
 each other thread unseen on hot coordinates), a fully asynchronous schedule and lost cold
-updates are outside it. The bound for ``SYNC_EVERY`` rows in flight would damp hot
+updates are outside it. The bound for a sync period of rows in flight would damp hot
 coordinates about as much as CoCoA+ does, so the rows are not damped for it: the emulation
 above is the evidence that the steps still converge, and the certificate never trusts the
 bound: see below.
@@ -128,9 +142,11 @@ from snapfit.solvers import cpu
 #: stay in L1/L2, and a cold feature is rare enough that two threads seldom update it at once.
 MAX_HOT = 16384
 #: A thread syncs its first tier of hot coordinates (features in more than this fraction of the
-#: rows, and the intercept) with the others every ``SYNC_EVERY`` of its rows.
+#: rows, and the intercept) with the others every ``sync_every(n_rows)`` of its rows.
 HOT_FRACTION = 0.01
 SYNC_EVERY = 64
+#: Staleness up to this fraction of the rows cost no epochs in emulation (module docstring).
+FREE_STALENESS = 2e-4
 #: Tier ``t`` (features in more than ``HOT_FRACTION / 4**t`` of the rows) is synced every
 #: ``SYNC_EVERY * 4**t`` rows; the last tier holds the rest of the hot set.
 TIERS = 5
@@ -147,6 +163,12 @@ COUNT_ROWS = 1_000_000
 def count_step(n_rows: int) -> int:
     """Count every ``count_step(n_rows)``-th row of each span (all rows of a small data set)."""
     return max(1, int(n_rows) // COUNT_ROWS)
+
+
+def sync_every(n_rows: int) -> int:
+    """Rows between a thread's first-tier syncs: ``SYNC_EVERY``, doubled once that is at most
+    ``FREE_STALENESS`` of the rows (each sync moves cache lines between the cores)."""
+    return 2 * SYNC_EVERY if 2 * SYNC_EVERY <= FREE_STALENESS * n_rows else SYNC_EVERY
 
 
 def hot_damp(n_threads: int) -> float:
@@ -183,8 +205,9 @@ class HotSlots:
     threads' moves, summed in thread order).
     """
 
-    def __init__(self, n_features: int, n_threads: int):
+    def __init__(self, n_features: int, n_threads: int, n_rows: int = 0):
         self.d = int(n_features)
+        self.every = sync_every(n_rows)  # rows between first-tier syncs
         page = page_entries()
         self.h0 = -(-self.d // page) * page  # the first hot id, where the private tails start
         if self.h0 + MAX_HOT >= 2**31:
@@ -269,5 +292,5 @@ class HotSlots:
         return cpu.cd_pass_views(
             *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.views[me],
             rows, sigma, self.h0, self.pub, self.seen, me, hot_damp(self.n_threads), self.ends,
-            SYNC_EVERY,
+            self.every,
         )  # fmt: skip

@@ -107,7 +107,7 @@ class Trainer:
             raise ValueError(f"sigma'={self.sigma} is below the number of local units {units}")
         d = source.n_features
         # Threads sharing w: w is thread 0's view, its cold head shared with the others' views.
-        self.slots = HotSlots(d, devices.n_cpu) if devices.shares_cpu else None
+        self.slots = HotSlots(d, devices.n_cpu, state.n_rows) if devices.shares_cpu else None
         self.w = self.slots.w if self.slots is not None else np.zeros(d + 1)
         # True when w may differ from w(alpha) (lost updates of threads sharing w).
         self.drifted = False

@@ -121,6 +121,35 @@ def test_sigma_counts_sharing_threads_as_one_unit():
         tr.close()
 
 
+def test_syncs_come_half_as_often_once_the_period_is_a_small_fraction_of_the_rows(monkeypatch):
+    """64 rows between first-tier syncs, 128 from 640k rows on (128 rows = 2e-4 of them); the
+    trainer sizes the period from its own rows and its passes use it."""
+    assert shared.sync_every(639_999) == 64 and shared.sync_every(640_000) == 128
+    assert shared.sync_every(0) == 64
+    monkeypatch.setattr(shared, "FREE_STALENESS", 128 / 2000)  # _trainer's 2000 rows
+    periods = []
+    real = cpu.cd_pass_views
+
+    def spy(*args):
+        periods.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(cpu, "cd_pass_views", spy)
+    tr, _, _ = _trainer(True)
+    try:
+        assert tr.slots.every == 128
+        tr.run_epoch()
+        assert len(periods) == 4 and set(periods) == {128}  # 4 chunks of 500 rows
+    finally:
+        tr.close()
+    monkeypatch.setattr(shared, "FREE_STALENESS", 128 / 2001)
+    tr, _, _ = _trainer(True)
+    try:
+        assert tr.slots.every == 64
+    finally:
+        tr.close()
+
+
 def test_the_hot_set_is_counted_on_every_step_th_row(monkeypatch):
     """Past ``COUNT_ROWS`` rows the hot set comes from the counts of every k-th row of each
     span (here whole chunks of 500 rows: rows 0, 4, 8, ... of the data)."""
