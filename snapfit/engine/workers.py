@@ -92,12 +92,33 @@ def item_span(item: Item, n_rows: int) -> tuple[int, int]:
 def item_rows(item: Item, n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
     """The rows of ``item`` in their visiting order, from ``key`` (seed, epoch) alone."""
     if item.lo is None:
+        if item.n_slices > 1 and bucket_rows <= 1:
+            return slice_rows(n_rows, item.slice, item.n_slices, [*key, item.k])
         rows = row_order(n_rows, bucket_rows, [*key, item.k])
         if item.n_slices == 1:
             return rows
         lo = item.slice * n_rows // item.n_slices
         return rows[lo : (item.slice + 1) * n_rows // item.n_slices]
     return row_order(item.hi - item.lo, bucket_rows, [*key, item.k, item.lo]) + item.lo
+
+
+#: A cut chunk's rows are dealt to its slices in this many blocks per slice (``slice_rows``).
+SLICE_BLOCKS = 64
+
+
+def slice_rows(n_rows: int, s: int, n_slices: int, key: list[int]) -> np.ndarray:
+    """Rows of slice ``s`` of ``n_slices`` of a chunk in their visiting order, from ``key``.
+
+    The chunk's rows, in ``n_slices * SLICE_BLOCKS`` blocks of consecutive rows, are dealt to
+    the slices in a shuffled order (the same for every slice: the slices partition the rows)
+    and each slice visits its own rows in a shuffled order. Each thread of a cut chunk thus
+    shuffles its own rows only: taking its part of the whole chunk's permutation made every
+    thread shuffle all of the rows, 0.03 s per 4M rows and epoch (~4 % of an epoch of two
+    threads on 4M Criteo-40 rows) where its own half takes 0.012 s."""
+    n_blocks = min(n_rows, n_slices * SLICE_BLOCKS)
+    deal, order = np.random.SeedSequence([*key, n_slices]).generate_state(2, np.uint64)
+    blocks = _shuffled(n_blocks, deal)[s * n_blocks // n_slices : (s + 1) * n_blocks // n_slices]
+    return _shuffle(_block_rows(blocks, n_rows, n_blocks), order)
 
 
 #: Swaps drawn ahead in ``_shuffled`` (their entries prefetched meanwhile).
@@ -117,12 +138,34 @@ def _partner(x, i):
 
 @njit(nogil=True, cache=True)
 def _shuffled(n, key):
-    """``0..n-1`` in the order of a Fisher-Yates shuffle driven by splitmix64 from ``key``.
+    """``0..n-1`` in the order of a Fisher-Yates shuffle driven by splitmix64 from ``key``."""
+    return _shuffle(np.arange(n), key)
+
+
+@njit(nogil=True, cache=True)
+def _block_rows(blocks, n_rows, n_blocks):
+    """The rows of ``blocks`` (block ``b``: rows ``b * n_rows // n_blocks`` up to the next
+    block's first), block after block."""
+    total = 0
+    for b in blocks:
+        total += (b + 1) * n_rows // n_blocks - b * n_rows // n_blocks
+    out = np.empty(total, np.int64)
+    at = 0
+    for b in blocks:
+        for r in range(b * n_rows // n_blocks, (b + 1) * n_rows // n_blocks):
+            out[at] = r
+            at += 1
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _shuffle(out, key):
+    """``out`` shuffled in place (Fisher-Yates driven by splitmix64 from ``key``); returns it.
 
     The partners do not depend on the array, so they are drawn ``_AHEAD`` swaps early and their
     entries prefetched: each swap's random access was a cache miss (32 MB of int64 for 4M
-    rows), 0.08-0.15 s per 4M rows, which every thread of a cut chunk paid every epoch."""
-    out = np.arange(n)
+    rows), 0.08-0.15 s per 4M rows before."""
+    n = len(out)
     x = np.uint64(key)
     ring = np.empty(_AHEAD, np.int64)
     nxt = n - 1  # the next i whose partner is drawn

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapfit.engine.workers import plan_epoch, row_order
+from snapfit.engine.workers import Item, item_rows, plan_epoch, row_order, slice_rows
 
 
 @settings(deadline=None)  # the first example JIT-compiles the shuffle when nothing else has
@@ -28,6 +28,38 @@ def test_row_orders_of_other_epochs_and_chunks_differ_and_look_uniform():
     counts = np.bincount(where // 100, minlength=10)
     chi2 = ((counts - 400.0) ** 2 / 400.0).sum()
     assert chi2 < 40  # 9 degrees of freedom: P(chi2 > 40) < 1e-5
+
+
+@settings(deadline=None)
+@given(n=st.integers(0, 5000), n_slices=st.integers(2, 4), seed=st.integers(0, 2**32))
+def test_the_slices_of_a_cut_chunk_partition_its_rows_fixed_by_their_key(n, n_slices, seed):
+    parts = [
+        item_rows(Item(0, t, slice=t, n_slices=n_slices), n, 1, [seed, 2]) for t in range(n_slices)
+    ]
+    assert all(p.dtype == np.int64 for p in parts)
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(n))
+    assert np.array_equal(parts[0], slice_rows(n, 0, n_slices, [seed, 2, 0]))
+    assert np.array_equal(parts[-1], slice_rows(n, n_slices - 1, n_slices, [seed, 2, 0]))
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 64  # as many blocks each, blocks within a row of each other
+
+
+def test_slices_of_other_epochs_differ_and_look_uniform():
+    """Each thread of a cut chunk shuffles its own rows (``slice_rows``): over many epochs row 0
+    falls in either slice about as often, anywhere in it."""
+    n = 1000
+    assert not np.array_equal(slice_rows(n, 0, 2, [0, 1, 0]), slice_rows(n, 0, 2, [0, 2, 0]))
+    first, where = 0, []
+    for e in range(4000):
+        part = slice_rows(n, 0, 2, [7, e, 0])
+        hit = np.flatnonzero(part == 0)
+        if len(hit):
+            first += 1
+            where.append(hit[0] * 10 // len(part))
+    assert 1800 < first < 2200  # binomial(4000, 1/2): 6 standard deviations
+    counts = np.bincount(where, minlength=10)
+    expected = first / 10
+    assert ((counts - expected) ** 2 / expected).sum() < 40  # 9 degrees of freedom
 
 
 def test_plan_epoch_deals_every_chunk_once_or_splits_when_few():
