@@ -21,10 +21,11 @@ while the hashed categoricals almost never meet. So the threads of this scheme s
   reader sees each published value either before or after a sync, never torn. After the pass
   the published moves are summed into ``w``. Syncs are tiered by frequency: the features in
   more than ``HOT_FRACTION`` (1 %) of the rows and the intercept every ``sync_every`` rows
-  (64; 128 on 640k rows or more), those in more than 1/4 of that 4x less often, and so on
-  (``TIERS``): between two syncs a hot coordinate gets 0.6-2.6 moves of a thread on average
-  (twice that at 128), whatever its frequency, while syncs touch ~12 hot coordinates (1.5
-  cache lines) per row on 4M Criteo-like rows at 64 rows, half that at 128.
+  (64, doubled up to 512 while that stays within 2e-4 of the rows: 512 from 2.56M rows on),
+  those in more than 1/4 of that 4x less often, and so on (``TIERS``): between two syncs a hot
+  coordinate gets 0.6-2.6 moves of a thread on average at 64 rows (8x that at 512), whatever
+  its frequency, while syncs touch ~12 hot coordinates (1.5 cache lines) per row on 4M
+  Criteo-like rows at 64 rows, an eighth of that at 512.
 
 Aliased views. Each thread's ``w`` is an array whose head (the cold ids) is the same physical
 memory in every thread and whose tail (the hot ids and the intercept) is its own
@@ -83,13 +84,14 @@ publication, and, as a thread pulls them at its own syncs, up to two periods of 
 rows interleaved one by one, cold coordinates fresh, no damping), the exact gap reached 1e-4
 after 22 epochs at 1, 8 and 64 rows of staleness, as one thread did, 24 at 256 and 26 at 1024,
 the gap less steady from epoch to epoch as it grows: staleness up to ~2e-4 of the rows was
-free. Hence ``sync_every``: 64 rows, and 128 once that is at most 2e-4 of the rows (640k rows
-or more). On 4M Criteo-40 rows (2e-4 is 800 rows) the epochs to the bench's target did not
-move with the period: seeds 0-7 took 15, 16, 17, 14, 14, 15, 14, 16 epochs at 64 rows and 15,
-14, 17, 17, 12, 13, 16, 15 at 128 (seeds 0, 2, 4 at 4 rows: 17, 13, 15; at 32 rows: 15, 15,
-15 for seeds 0-2), while a pass of two threads was 1.10x (24 interleaved passes) and 1.16x
-(20) faster at 128 than at 64: what the syncs cost is the published lines crossing between
-the cores, and 128 rows halves it (no syncs at all: 1.33x). What two threads lose in epochs
+free. Hence ``sync_every``: 64 rows, doubled up to 512 while it stays within 2e-4 of the rows.
+On 4M Criteo-40 rows (2e-4 is 800 rows) the epochs to the bench's target did not move with
+the period: seeds 0-7 took 15, 16, 17, 14, 14, 15, 14, 16 epochs at 64 rows, 15, 14, 17, 17,
+12, 13, 16, 15 at 128 and 13, 15, 14, 16, 17, 17, 15, 15 at 512 (seeds 0, 2, 4 at 4 rows: 17,
+13, 15; at 32 rows: 15, 15, 15 for seeds 0-2), while a pass of two threads got faster: 128
+rows against 64 1.10x (24 interleaved passes) and 1.16x and 1.10x (20), 512 against 128
+1.06x (20; one thread's pass 2.02x as long as two threads' at 512, 1.92x at 128). What the
+syncs cost is the published lines crossing between the cores. What two threads lose in epochs
 against one (13, 15, 13, 13, 12, 13, 14, 15 for the same seeds) is not staleness: with the
 two threads' passes run one after the other (a lock around the kernel) the fit is one
 thread's bit for bit, and with syncs every 4 rows the dual after the first epoch is still
@@ -145,8 +147,10 @@ MAX_HOT = 16384
 #: rows, and the intercept) with the others every ``sync_every(n_rows)`` of its rows.
 HOT_FRACTION = 0.01
 SYNC_EVERY = 64
-#: Staleness up to this fraction of the rows cost no epochs in emulation (module docstring).
+#: Staleness up to this fraction of the rows cost no epochs in emulation (module docstring);
+#: the period grows no further than ``MAX_SYNC_EVERY`` (the longest measured).
 FREE_STALENESS = 2e-4
+MAX_SYNC_EVERY = 512
 #: Tier ``t`` (features in more than ``HOT_FRACTION / 4**t`` of the rows) is synced every
 #: ``SYNC_EVERY * 4**t`` rows; the last tier holds the rest of the hot set.
 TIERS = 5
@@ -166,9 +170,13 @@ def count_step(n_rows: int) -> int:
 
 
 def sync_every(n_rows: int) -> int:
-    """Rows between a thread's first-tier syncs: ``SYNC_EVERY``, doubled once that is at most
-    ``FREE_STALENESS`` of the rows (each sync moves cache lines between the cores)."""
-    return 2 * SYNC_EVERY if 2 * SYNC_EVERY <= FREE_STALENESS * n_rows else SYNC_EVERY
+    """Rows between a thread's first-tier syncs: ``SYNC_EVERY``, doubled while the result is
+    at most ``FREE_STALENESS`` of the rows and ``MAX_SYNC_EVERY`` (each sync moves cache lines
+    between the cores)."""
+    every = SYNC_EVERY
+    while 2 * every <= min(MAX_SYNC_EVERY, FREE_STALENESS * n_rows):
+        every *= 2
+    return every
 
 
 def hot_damp(n_threads: int) -> float:

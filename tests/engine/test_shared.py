@@ -121,10 +121,12 @@ def test_sigma_counts_sharing_threads_as_one_unit():
         tr.close()
 
 
-def test_syncs_come_half_as_often_once_the_period_is_a_small_fraction_of_the_rows(monkeypatch):
-    """64 rows between first-tier syncs, 128 from 640k rows on (128 rows = 2e-4 of them); the
+def test_syncs_come_less_often_while_the_period_is_a_small_fraction_of_the_rows(monkeypatch):
+    """64 rows between first-tier syncs, doubled up to 512 while within 2e-4 of the rows; the
     trainer sizes the period from its own rows and its passes use it."""
     assert shared.sync_every(639_999) == 64 and shared.sync_every(640_000) == 128
+    assert shared.sync_every(1_280_000) == 256 and shared.sync_every(2_559_999) == 256
+    assert shared.sync_every(2_560_000) == 512 and shared.sync_every(10**10) == 512
     assert shared.sync_every(0) == 64
     monkeypatch.setattr(shared, "FREE_STALENESS", 128 / 2000)  # _trainer's 2000 rows
     periods = []
