@@ -300,12 +300,10 @@ class PieceCache(PieceStore):
         self._readv([buf], int(self.piece_off[p]), [p])
         return buf
 
-    def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None = None,
-             code: np.ndarray | None = None) -> None:  # fmt: skip
+    def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None = None) -> None:
         """Expand piece ``p`` into ``targets`` (its arrays' places in a chunk buffer), from its
         resident ``record`` or else read from the file with one ``preadv`` into this thread's
-        scratch buffer; compact records are relabeled by ``code`` as they expand (raw ones are
-        copied as stored: ``relabels``)."""
+        scratch buffer."""
         size = int(self.piece_bytes[p])
         if not self.compact:
             if record is None:
@@ -321,12 +319,7 @@ class PieceCache(PieceStore):
             self._readv([record], int(self.piece_off[p]), [p])
         n, nnz = int(self.pieces.rows[p]), int(self.piece_nnz[p])
         record_format.expand(record, n, nnz, self.index_bytes, targets, self.has_values,
-                             self.has_weight, code)  # fmt: skip
-
-    @property
-    def relabels(self) -> bool:
-        """Whether ``fill`` applies a relabeling code (compact records do, as they expand)."""
-        return self.compact
+                             self.has_weight)  # fmt: skip
 
     def _readv(self, arrays, off: int, ps) -> None:
         views = [memoryview(a).cast("B") for a in arrays]

@@ -93,7 +93,7 @@ def encode(indptr_tail, indices, values, y, weight, sqnorm, *, index_bytes: int)
 
 @njit(nogil=True, cache=True)
 def _expand(rec, n, nnz, index_bytes, has_values, has_weight,
-            indptr, indices, values, y, weight, sqnorm, code):  # fmt: skip
+            indptr, indices, values, y, weight, sqnorm):  # fmt: skip
     n_valued = (
         np.int64(rec[0])
         | (np.int64(rec[1]) << 8)
@@ -102,7 +102,6 @@ def _expand(rec, n, nnz, index_bytes, has_values, has_weight,
     )
     lw = rec[4]
     pos = 8
-    d = len(code)  # ids below d read code[id] (``cpu.relabel``); none when it is empty
     acc = 0
     for i in range(n):
         if lw == 1:
@@ -124,7 +123,7 @@ def _expand(rec, n, nnz, index_bytes, has_values, has_weight,
             v |= np.int64(rec[j + 2]) << 16
         if index_bytes == 4:
             v |= np.int64(rec[j + 3]) << 24
-        indices[k] = code[v] if v < d else v
+        indices[k] = v
     pos += (index_bytes * nnz + 3) & ~3
     if has_values:
         bits = pos
@@ -148,22 +147,17 @@ def _expand(rec, n, nnz, index_bytes, has_values, has_weight,
 
 
 _NONE_F32 = np.zeros(0, np.float32)
-_NO_CODE = np.zeros(0, np.int32)
 
 
 def expand(rec: np.ndarray, n: int, nnz: int, index_bytes: int, targets: list[np.ndarray],
-           has_values: bool, has_weight: bool, code: np.ndarray | None = None) -> None:  # fmt: skip
+           has_values: bool, has_weight: bool) -> None:  # fmt: skip
     """Write a record into ``targets``: the raw record's arrays in its order (``indptr[1:]``
-    int64, indices int32, values f32 if any, y f32, weight f32 if any, sqnorm f32); with a
-    relabeling ``code`` the indices as ``cpu.relabel`` gives them, in the same pass (threads
-    sharing ``w``: no second pass over a chunk's indices, which at 200M rows is 6.7e9 ids per
-    epoch)."""
+    int64, indices int32, values f32 if any, y f32, weight f32 if any, sqnorm f32)."""
     it = iter(targets)
     indptr, indices = next(it), next(it)
     values = next(it) if has_values else _NONE_F32
     y = next(it)
     weight = next(it) if has_weight else _NONE_F32
     sqnorm = next(it)
-    code = _NO_CODE if code is None else code
     _expand(rec, n, nnz, index_bytes, has_values, has_weight,
-            indptr, indices, values, y, weight, sqnorm, code)  # fmt: skip
+            indptr, indices, values, y, weight, sqnorm)  # fmt: skip

@@ -353,7 +353,6 @@ class StreamSource(ChunkSource):
         alpha = take(np.float64, n)
         indptr[0] = 0
         offsets = self.state.offsets
-        code = (self._code,) if self._fused_relabel() else ()
         r0 = z0 = 0
         for p in ps:
             m, z = int(self.pieces.rows[p]), int(self.cache.piece_nnz[p])
@@ -361,7 +360,7 @@ class StreamSource(ChunkSource):
             targets = [indptr[r0 + 1 : r0 + m + 1], indices[nzs]]
             targets += [values[nzs]] if has_values else []
             targets += [y[rows]] + ([weight[rows]] if has_weight else []) + [sqnorm[rows]]
-            self.cache.fill(targets, int(p), resident.get(int(p)), *code)
+            self.cache.fill(targets, int(p), resident.get(int(p)))
             if z0:
                 indptr[r0 + 1 : r0 + m + 1] += z0
             self.state.read_alpha(int(offsets[p]), alpha[rows])
@@ -369,14 +368,10 @@ class StreamSource(ChunkSource):
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
     def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
-        """Each chunk is relabeled in its buffer: compact cache records as the reader expands
-        them, other chunks by the consuming thread as it hands them out (resident pieces are
-        kept as stored, so ``None`` needs nothing undone). Call between epochs."""
+        """Each chunk is relabeled in its buffer as it is handed out, by the consuming thread
+        (resident pieces are kept as stored, so ``None`` needs nothing undone). Call between
+        epochs."""
         self._code = code
-
-    def _fused_relabel(self) -> bool:
-        """Whether the chunk's pieces are relabeled as they are read (``PieceCache.relabels``)."""
-        return self._code is not None and self.mode == "cache" and self.cache.relabels
 
     def begin_epoch(self, order: Sequence[int]) -> None:
         """Deal the pieces into this epoch's chunks and load the residents DuHL chose."""
@@ -413,9 +408,8 @@ class StreamSource(ChunkSource):
         try:
             for k in order:
                 live = pf.get(k)
-                if self._code is not None and not self._fused_relabel():
-                    # Here, not in the prefetch thread: at scale the epochs wait on that one
-                    # (compact records are relabeled there as they expand: no extra pass).
+                if self._code is not None:
+                    # Here, not in the prefetch thread: at scale the epochs wait on that one.
                     ids = live.chunk.indices
                     cpu.relabel(ids, self._code, ids)
                 self._live[k] = live

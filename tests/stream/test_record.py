@@ -49,30 +49,6 @@ def test_expand_undoes_encode_exactly(piece, has_values, has_weight):
                                 length_bytes=4)  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
-@given(pieces(), st.booleans(), st.integers(0, 2**32 - 1))
-def test_expand_relabels_as_cpu_relabel_does(piece, has_values, seed):
-    """Threads sharing ``w`` read relabeled ids: a compact record expands straight into them."""
-    from snapfit.solvers import cpu
-
-    indptr, indices, values, y, weight, sqnorm, n_features = piece
-    rng = np.random.default_rng(seed)
-    # ids below len(code) read code[id] (any int32: hot ids leave the data's range), the rest
-    # stay as they are
-    code = rng.integers(0, 2**31 - 1, min(n_features, 4096)).astype(np.int32)
-    width = R.index_width(n_features)
-    rec = R.encode(indptr, indices, values if has_values else None, y, None, sqnorm,
-                   index_bytes=width)  # fmt: skip
-    plain = [np.empty_like(a) for a in [indptr, indices] + ([values] if has_values else [])]
-    plain += [np.empty_like(y), np.empty_like(sqnorm)]
-    fused = [np.empty_like(a) for a in plain]
-    R.expand(rec, len(y), len(indices), width, plain, has_values, False)
-    R.expand(rec, len(y), len(indices), width, fused, has_values, False, code)
-    cpu.relabel(plain[1], code, plain[1])
-    for a, b in zip(fused, plain, strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
 def _epoch(src, seed):
     order = list(np.random.default_rng(seed).permutation(src.n_chunks))
     src.begin_epoch(order)
