@@ -39,14 +39,16 @@ def test_epoch_delivers_every_row_once(small_parquet):
         assert src.cache.peak_pending <= src.plan.resident + rg
 
 
-@pytest.mark.parametrize("mode", ["parquet", "cache"])
-def test_reaches_the_in_memory_optimum(small_parquet, mode):
+@pytest.mark.parametrize("mode,cache_format", [("parquet", "compact"), ("cache", "compact"),
+                                               ("cache", "raw")])  # fmt: skip
+def test_reaches_the_in_memory_optimum(small_parquet, mode, cache_format):
     ds = Dataset(small_parquet)
     # threads sharing w (features relabeled as the chunks are handed out), in memory and
     # streamed from a source that re-deals its pieces
     kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode=mode) as src:
+    with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode=mode,
+                      cache_format=cache_format) as src:  # fmt: skip
         problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
                           max_iter=500)  # fmt: skip
         res = train(src, problem, devices=Devices(n_cpu=2, share_cpu=True))
