@@ -152,7 +152,7 @@ SYNC_EVERY = 64
 FREE_STALENESS = 2e-4
 MAX_SYNC_EVERY = 512
 #: Tier ``t`` (features in more than ``HOT_FRACTION / 4**t`` of the rows) is synced every
-#: ``SYNC_EVERY * 4**t`` rows; the last tier holds the rest of the hot set.
+#: ``sync_every(n_rows) * 4**t`` rows; the last tier holds the rest of the hot set.
 TIERS = 5
 
 
