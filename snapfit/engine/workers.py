@@ -92,11 +92,11 @@ def item_span(item: Item, n_rows: int) -> tuple[int, int]:
 def item_rows(item: Item, n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
     """The rows of ``item`` in their visiting order, from ``key`` (seed, epoch) alone."""
     if item.lo is None:
-        if item.n_slices > 1 and bucket_rows <= 1:
-            return slice_rows(n_rows, item.slice, item.n_slices, [*key, item.k])
-        rows = row_order(n_rows, bucket_rows, [*key, item.k])
         if item.n_slices == 1:
-            return rows
+            return row_order(n_rows, bucket_rows, [*key, item.k])
+        if bucket_rows <= 1:
+            return slice_rows(n_rows, item.slice, item.n_slices, [*key, item.k])
+        rows = row_order(n_rows, bucket_rows, [*key, item.k])  # buckets: a slice of them all
         lo = item.slice * n_rows // item.n_slices
         return rows[lo : (item.slice + 1) * n_rows // item.n_slices]
     return row_order(item.hi - item.lo, bucket_rows, [*key, item.k, item.lo]) + item.lo
