@@ -119,9 +119,8 @@ def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, see
     """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed."""
     from snapfit.stream.choose import source_for_dataset
 
-    return source_for_dataset(
-        dataset, budget=budget, n_units=devices.n_units, chunk_rows=chunk_rows, seed=seed
-    )
+    return source_for_dataset(dataset, budget=budget, n_units=devices.n_units,
+                              chunk_rows=chunk_rows, seed=seed, hot=devices.shares_cpu)  # fmt: skip
 
 
 def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Trainer:

@@ -197,6 +197,22 @@ def choose_hot(counts: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]
     return hot, np.array([*ends, len(hot)], dtype=np.int64)
 
 
+def hot_base(n_features: int) -> int:
+    """The first hot id: ``n_features`` rounded up to whole memory pages (where the threads'
+    private tails of ``w`` start, ``snapfit.engine.alias``)."""
+    page = page_entries()
+    return -(-int(n_features) // page) * page
+
+
+def hot_code(hot: np.ndarray, n_features: int) -> np.ndarray:
+    """The relabeling (``cpu.relabel``) that makes hot feature ``hot[h]`` id ``hot_base + h``
+    and leaves every other feature's id as it is."""
+    hot = np.asarray(hot, dtype=np.int64)
+    code = np.arange(int(n_features), dtype=np.int32)
+    code[hot] = hot_base(n_features) + np.arange(len(hot), dtype=np.int32)
+    return code
+
+
 class HotSlots:
     """``w`` in the fit's feature order and the threads' views of it (``snapfit.engine.alias``).
 
@@ -216,8 +232,7 @@ class HotSlots:
     def __init__(self, n_features: int, n_threads: int, n_rows: int = 0):
         self.d = int(n_features)
         self.every = sync_every(n_rows)  # rows between first-tier syncs
-        page = page_entries()
-        self.h0 = -(-self.d // page) * page  # the first hot id, where the private tails start
+        self.h0 = hot_base(self.d)  # the first hot id, where the private tails start
         if self.h0 + MAX_HOT >= 2**31:
             raise ValueError(
                 f"threads sharing w relabel hot features past n_features={self.d}, which leaves "
@@ -253,9 +268,7 @@ class HotSlots:
         self.hot = hot
         self.ends = ends.astype(np.int64)
         self.w[:] = self.to_ext(real)
-        code = np.arange(self.d, dtype=np.int32)
-        code[hot] = self.h0 + np.arange(len(hot), dtype=np.int32)
-        return code
+        return hot_code(hot, self.d)
 
     def to_ext(self, w: np.ndarray) -> np.ndarray:
         """A model in the data's order (``n_features + 1``, intercept last) in the fit's order."""

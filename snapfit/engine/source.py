@@ -123,6 +123,13 @@ class ChunkSource(ABC):
         """What names the data in a checkpoint: the files and their sizes, or a hash of the
         arrays (one pass over them)."""
 
+    def hot_set(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The hot features of threads sharing ``w`` (ids and sync tiers, as
+        ``shared.choose_hot``) when the source chose them itself, from a sample of its rows
+        (its stored chunks may then carry their relabeling already); ``None``: the trainer
+        counts them."""
+        return None
+
     def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
         """From now on deliver chunks whose feature ids ``j < len(code)`` read ``code[j]``
         (``cpu.relabel``: threads sharing ``w`` run in their own feature order, see

@@ -292,8 +292,16 @@ class Trainer:
         (in the first epoch every thread of a cut chunk would compute all of its norms: 0.86 s
         per 4M Criteo-40 rows, each), and for threads sharing ``w`` the features' row counts
         over a sample of the rows (``shared.count_step``), which fix the hot coordinates; the
-        source then relabels them."""
+        source then relabels them. A source that chose the hot set itself (``hot_set``: a
+        streamed source, before its first pass wrote the cache in that order) spares the
+        count, and a streamed source then the whole pass."""
         count = self.slots is not None
+        given = self.source.hot_set() if count else None
+        if given is not None:  # chosen by the source (a streamed cache stores their ids)
+            code = self.slots.set_hot(*given)
+            if len(self.slots.hot):
+                self.source.relabel(code, n_threads=self.k)
+            count = False
         norms = not self.has_gpu and self.state.lazy_norms
         if not (count or norms):
             return

@@ -21,8 +21,11 @@ def resident_peak_nbytes(dataset, n_units: int) -> int:
     return 2 * decoded + 12 * dataset.n_rows + fixed_nbytes(dataset.n_features, n_units)
 
 
-def source_for_dataset(dataset, *, budget: int, n_units: int, chunk_rows=None, seed: int = 0):
-    """``ResidentSource`` when the data fits ``budget`` bytes, else ``StreamSource``."""
+def source_for_dataset(dataset, *, budget: int, n_units: int, chunk_rows=None, seed: int = 0,
+                       hot: bool = False):  # fmt: skip
+    """``ResidentSource`` when the data fits ``budget`` bytes, else ``StreamSource`` (``hot``:
+    for threads sharing ``w``, see ``StreamSource``)."""
     if not getattr(dataset, "files", None) or resident_peak_nbytes(dataset, n_units) <= budget:
         return ResidentSource(dataset, chunk_rows)
-    return StreamSource(dataset, budget, n_jobs=n_units, chunk_rows=chunk_rows, seed=seed)
+    return StreamSource(dataset, budget, n_jobs=n_units, chunk_rows=chunk_rows, seed=seed,
+                        hot=hot)  # fmt: skip

@@ -36,6 +36,7 @@ import numpy as np
 
 from snapfit.data.chunk import Chunk
 from snapfit.engine.checkpoint import dataset_fingerprint
+from snapfit.engine.shared import COUNT_ROWS, MAX_HOT, choose_hot, hot_base, hot_code
 from snapfit.engine.source import ChunkSource, Layout
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
@@ -73,6 +74,23 @@ DISK_MARGIN = 0.05
 
 #: Reader threads assembling chunks from the cache (see ``snapfit.stream.prefetch``).
 READERS = 2
+
+
+def recoding(stored: np.ndarray | None, wanted: np.ndarray | None) -> np.ndarray | None:
+    """The relabeling (``cpu.relabel``) from ids stored relabeled by ``stored`` (``None``: the
+    data's own) to ids relabeled by ``wanted`` (``None``: the data's own); ``None`` when there
+    is nothing to do."""
+    if stored is None:
+        return wanted
+    if wanted is not None and np.array_equal(wanted, stored):
+        return None
+    inv = np.arange(int(stored.max()) + 1, dtype=np.int32)
+    inv[stored] = np.arange(len(stored), dtype=np.int32)  # back to the data's ids
+    if wanted is None:
+        return inv
+    ext = np.arange(len(inv), dtype=np.int32)  # ids past the data's are never stored
+    ext[: len(wanted)] = wanted
+    return ext[inv]
 
 
 @dataclass
@@ -121,6 +139,12 @@ class StreamSource(ChunkSource):
         buffers) or compact records (``snapfit.stream.record``: about half the bytes, expanded
         on reading). "auto": raw while it fits half of the available memory and the disk,
         else compact. Default: ``SNAPFIT_CACHE_FORMAT``, else "auto".
+    hot : bool
+        Threads sharing ``w`` will train on it (``snapfit.engine.shared``): choose their hot
+        features from a sample of the rows before the first pass (``hot_set``) and store the
+        cache's ids in their order, so that epochs do not relabel every chunk (6.7e9 ids per
+        epoch at 200M Criteo-like rows) and the trainer needs no counting pass. Chunks come
+        with the data's own ids until ``relabel`` asks for the fit's.
     """
 
     def __init__(
@@ -136,6 +160,7 @@ class StreamSource(ChunkSource):
         cache_dir: str | None = None,
         mode: str | None = None,
         cache_format: str | None = None,
+        hot: bool = False,
     ):
         self.dataset = dataset
         self.n_features = int(dataset.n_features)
@@ -148,6 +173,8 @@ class StreamSource(ChunkSource):
         if freed:
             log.warning("removed %.1f GB left in %s by killed snapfit fits", freed / 1e9,
                         self.cache_dir)  # fmt: skip
+        # Relabeled hot ids run from hot_base(n_features) (shared.hot_code).
+        self._id_bound = hot_base(self.n_features) + MAX_HOT if hot else self.n_features
         self.mode, self.cache_format = self._pick_mode(mode, cache_format, dataset)
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.
@@ -179,9 +206,16 @@ class StreamSource(ChunkSource):
             chunk_rows //= 2
         self.chunk_rows_target = chunk_rows
         n_readers = int(max(1, min(n_readers, int(budget) // max(1, ingest))))
+        self._hot: tuple[np.ndarray, np.ndarray] | None = None
+        stored = None  # the relabeling the cache's ids carry
+        if hot:
+            self._hot = choose_hot(*decoder.count_columns(COUNT_ROWS))
+            if self.mode == "cache" and len(self._hot[0]):
+                stored = hot_code(self._hot[0], self.n_features)
         if self.mode == "cache":
             self.cache = PieceCache(dataset, self.pieces, self.cache_dir,
-                                    compact=self.cache_format == "compact")  # fmt: skip
+                                    compact=self.cache_format == "compact", code=stored,
+                                    id_bound=self._id_bound)  # fmt: skip
         else:
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
@@ -209,7 +243,8 @@ class StreamSource(ChunkSource):
         self.state: DualState | None = None
         self._io_wait = 0.0
         self._prefetch: Prefetcher | None = None
-        self._code: np.ndarray | None = None  # feature relabeling (``relabel``)
+        self._stored_code = stored
+        self._code = recoding(stored, None)  # what each chunk's ids go through (``relabel``)
         self.read_seconds = 0.0
         self.epoch_stats: list[dict] = []
 
@@ -238,7 +273,7 @@ class StreamSource(ChunkSource):
         if fmt == "auto":
             memory = available_memory() or 0
             fmt = "raw" if raw <= min(room, memory // 2) else "compact"
-        need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags)
+        need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags, self._id_bound)
         if mode == "cache" or need <= room:
             return "cache", fmt
         log.warning(
@@ -367,11 +402,15 @@ class StreamSource(ChunkSource):
             r0, z0 = r0 + m, z0 + z
         return Live(Chunk(indptr, indices, values, y, weight), sqnorm, alpha, ps)
 
+    def hot_set(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The hot set chosen before the first pass (``hot=True``), else ``None``."""
+        return self._hot
+
     def relabel(self, code: np.ndarray | None, n_threads: int = 1) -> None:
-        """Each chunk is relabeled in its buffer as it is handed out, by the consuming thread
-        (resident pieces are kept as stored, so ``None`` needs nothing undone). Call between
-        epochs."""
-        self._code = code
+        """Each chunk is relabeled in its buffer as it is handed out, by the consuming thread,
+        from the ids the cache stores to ``code``'s (resident pieces are kept as stored); none
+        when the cache stores them so already. Call between epochs."""
+        self._code = recoding(self._stored_code, code)
 
     def begin_epoch(self, order: Sequence[int]) -> None:
         """Deal the pieces into this epoch's chunks and load the residents DuHL chose."""

@@ -39,20 +39,26 @@ def test_epoch_delivers_every_row_once(small_parquet):
         assert src.cache.peak_pending <= src.plan.resident + rg
 
 
+@pytest.mark.parametrize("hot", [False, True])
 @pytest.mark.parametrize("mode,cache_format", [("parquet", "compact"), ("cache", "compact"),
                                                ("cache", "raw")])  # fmt: skip
-def test_reaches_the_in_memory_optimum(small_parquet, mode, cache_format):
+def test_reaches_the_in_memory_optimum(small_parquet, mode, cache_format, hot):
     ds = Dataset(small_parquet)
-    # threads sharing w (features relabeled as the chunks are handed out), in memory and
-    # streamed from a source that re-deals its pieces
+    # threads sharing w (features relabeled as the chunks are handed out, or, hot=True, stored
+    # so by the cache), in memory and streamed from a source that re-deals its pieces
     kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode=mode,
-                      cache_format=cache_format) as src:  # fmt: skip
+    with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode=mode, cache_format=cache_format,
+                      hot=hot) as src:  # fmt: skip
         problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
                           max_iter=500)  # fmt: skip
-        res = train(src, problem, devices=Devices(n_cpu=2, share_cpu=True))
+        relabels = []  # what each epoch's chunks went through
+        res = train(src, problem, devices=Devices(n_cpu=2, share_cpu=True),
+                    callbacks=[lambda rec, w: relabels.append(src._code) and False])  # fmt: skip
     assert res.converged
+    assert (src.hot_set() is not None) == hot
+    stored = hot and mode == "cache"  # the cache holds the fit's ids: no relabeling per epoch
+    assert all((code is None) == stored for code in relabels) and relabels
     w_mem = np.r_[mem.coef_.ravel(), mem.intercept_]
     assert np.abs(res.w - w_mem).max() <= 1e-3 * np.abs(w_mem).max()
     assert res.n_iter <= 1.5 * mem.n_iter_[0]

@@ -1,0 +1,125 @@
+"""A streamed source for threads sharing ``w`` chooses their hot features itself and stores
+its cache in their order (``StreamSource(hot=True)``); chunks still come with the data's ids
+until the fit asks for its own."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapfit.data import Dataset
+from snapfit.datasets import make_criteo_like_parquet
+from snapfit.engine.shared import choose_hot, hot_code
+from snapfit.engine.source import ResidentSource
+from snapfit.solvers import cpu
+from snapfit.stream import StreamSource
+from snapfit.stream.decode import PieceDecoder, file_flags
+from snapfit.stream.source import recoding
+
+
+def _relabel(ids, code):
+    out = ids.copy()
+    if code is not None:
+        cpu.relabel(ids, code, out)
+    return out
+
+
+@settings(max_examples=50, deadline=None)
+@given(d=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), want=st.sampled_from(
+    ["none", "same", "other", "empty"]))  # fmt: skip
+def test_recoding_takes_stored_ids_to_the_wanted_ones(d, seed, want):
+    rng = np.random.default_rng(seed)
+    hot = rng.choice(d, rng.integers(1, min(d, 50) + 1), replace=False)
+    stored = hot_code(hot, d)
+    wanted = {
+        "none": None,
+        "same": stored,
+        "empty": hot_code([], d),
+        "other": hot_code(rng.choice(d, rng.integers(0, d + 1), replace=False), d),
+    }[want]
+    ids = rng.integers(0, d, 500).astype(np.int32)
+    code = recoding(stored, wanted)
+    assert (code is None) == (wanted is not None and np.array_equal(wanted, stored))
+    np.testing.assert_array_equal(_relabel(_relabel(ids, stored), code),
+                                  ids if wanted is None else _relabel(ids, wanted))  # fmt: skip
+    assert recoding(None, wanted) is wanted
+
+
+def test_the_sample_counts_every_row_of_a_small_data_set_and_spreads_over_a_big_one(
+    small_parquet,
+):
+    ds = Dataset(small_parquet)  # 20 row groups of 1000 rows
+    full = ResidentSource(ds).chunks[0]
+    want = np.zeros(ds.n_features, np.int64)
+    cpu.count_columns(full.indptr, full.indices, want, 1)
+    dec = PieceDecoder(ds, _pieces(ds), *file_flags(ds), batch_rows=256)
+    counts, counted = dec.count_columns(10**6)
+    assert counted == ds.n_rows and np.array_equal(counts, want)
+    # 4 groups of 20 (0, 5, 10, 15), whole batches of 256 rows up to 600 rows each
+    counts, counted = dec.count_columns(2400, n_groups=4)
+    assert counted == 4 * 768
+    part = np.zeros(ds.n_features, np.int64)
+    for g in (0, 5, 10, 15):
+        c = full.rows(1000 * g, 1000 * g + 768)
+        cpu.count_columns(c.indptr, c.indices, part, 1)
+    assert np.array_equal(counts, part)
+
+
+def _pieces(ds):
+    from snapfit.stream.cache import make_pieces
+
+    return make_pieces([r.n_rows for r in ds.chunks], 1000)
+
+
+@pytest.mark.parametrize("mode,cache_format", [("cache", "compact"), ("cache", "raw"),
+                                               ("parquet", None)])  # fmt: skip
+def test_a_hot_source_stores_the_fit_ids_and_hands_out_the_data_ones(small_parquet, mode,
+                                                                     cache_format):  # fmt: skip
+    _check_hot_source(small_parquet, mode, cache_format)
+
+
+def test_relabeled_ids_past_two_bytes_are_stored_in_three(tmp_path):
+    """2^16 features fit 2-byte ids, but their hot ids start at 2^16: the compact record
+    widens to 3 bytes (``id_bound``)."""
+    path = tmp_path / "b16.parquet"
+    make_criteo_like_parquet(path, 6000, seed=2, hash_bits=16, row_group_rows=1000)
+    assert Dataset(str(path)).n_features == 1 << 16
+    _check_hot_source(str(path), "cache", "compact")
+
+
+def _check_hot_source(path, mode, cache_format):
+    ds = Dataset(path)
+    kw = dict(n_jobs=2, seed=3, chunk_rows=4096, piece_rows=512, mode=mode,
+              cache_format=cache_format)  # fmt: skip
+    with StreamSource(ds, 8_000_000, **kw) as plain, StreamSource(ds, 8_000_000, hot=True,
+                                                                  **kw) as src:  # fmt: skip
+        assert plain.hot_set() is None
+        hot, ends = src.hot_set()
+        # every row counted here (20k rows): the choice the trainer's count would make
+        full = ResidentSource(ds).chunks[0]
+        counts = np.zeros(ds.n_features, np.int64)
+        cpu.count_columns(full.indptr, full.indices, counts, 1)
+        want_hot, want_ends = choose_hot(counts, ds.n_rows)
+        assert np.array_equal(hot, want_hot) and np.array_equal(ends, want_ends) and len(hot)
+        code = hot_code(hot, ds.n_features)
+        if mode == "cache":  # stored in the fit's order (the epochs below show it is used)
+            assert np.array_equal(src.cache.code, code)
+        order = list(range(src.n_chunks))
+        for relabel in (None, code, None):
+            for s in (plain, src):
+                s.make_state() if s.state is None else None
+            if relabel is not None:
+                src.relabel(relabel)
+                assert (src._code is None) == (mode == "cache")
+            else:
+                src.relabel(None)
+            a = {k: c.indices.copy() for k, c in _epoch(plain, order)}
+            b = {k: c.indices.copy() for k, c in _epoch(src, order)}
+            for k in order:
+                np.testing.assert_array_equal(b[k], _relabel(a[k], relabel))
+
+
+def _epoch(src, order):
+    for k, chunk in src.epoch(order):
+        yield k, chunk
+        src.release(k)
