@@ -63,7 +63,9 @@ intercept is id ``h0 + MAX_HOT``, and ``w`` is laid out the same way (``HotSlots
 ``to_ext`` and ``to_real`` map a model in the data's order to and from it). The source
 delivers relabeled chunks (``ChunkSource.relabel``: in-memory sources keep relabeled copies of
 the indices, 4 bytes per stored value while the fit runs, the caller's arrays untouched; a
-streaming source relabels each chunk in its buffer as the consuming thread takes it). Designs
+streaming source chooses the hot set itself from a sample of its row groups before its first
+pass, whose cache then stores the fit's ids (``StreamSource(hot=True)``, ``hot_set``), and
+relabels each chunk in its buffer only when it decodes Parquet every epoch). Designs
 that needed no relabeling were slower: hot entries marked inside ``w`` (a tagged NaN naming the
 slot: every entry's slot load waited on the load of ``w[j]``, 1.21 s per pass of two threads
 against 0.84-0.86 s for the ``buf[a] + buf[b]`` kernel), or told apart by a bitmap over the
