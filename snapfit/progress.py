@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 _enabled = False
+#: Seconds between a bar's redraws.
+MININTERVAL = 0.5
 
 
 @contextmanager
@@ -43,5 +45,5 @@ def bar(desc: str, total: int | None = None, unit: str = "rows") -> tqdm:
         disable=None if _enabled else True,
         leave=False,
         dynamic_ncols=True,
-        mininterval=0.5,
+        mininterval=MININTERVAL,
     )

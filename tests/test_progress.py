@@ -31,8 +31,9 @@ def test_bars_show_on_a_terminal_when_enabled(tmp_path, monkeypatch):
         convert(tmp_path / "d.tsv", tmp_path / "d.parquet", hash_bits=10, row_group_rows=1000)
         assert "write" in terminal.getvalue() and "rows" in terminal.getvalue()
         est = snapfit.LogisticRegression(C=0.1, memory_budget="2MB", random_state=0)
-        est.fit(tmp_path / "d.parquet")  # streamed: the first pass has a bar
-        assert "first pass" in terminal.getvalue()
+        monkeypatch.setattr(progress, "MININTERVAL", 0.0)  # every update drawn
+        est.fit(tmp_path / "d.parquet")  # streamed: the first pass has a bar, with MB/s
+        assert "first pass" in terminal.getvalue() and "MB/s" in terminal.getvalue()
         predict_to_parquet(est, Dataset(tmp_path / "d.parquet"), tmp_path / "p.parquet")
         evaluate(est, Dataset(tmp_path / "d.parquet"), memory_budget=10**8)
         assert "score" in terminal.getvalue()
