@@ -201,9 +201,16 @@ def choose_hot(counts: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]
 
 def hot_base(n_features: int) -> int:
     """The first hot id: ``n_features`` rounded up to whole memory pages (where the threads'
-    private tails of ``w`` start, ``snapfit.engine.alias``)."""
+    private tails of ``w`` start, ``snapfit.engine.alias``). Refused when the hot ids would
+    not fit 32-bit ids."""
     page = page_entries()
-    return -(-int(n_features) // page) * page
+    h0 = -(-int(n_features) // page) * page
+    if h0 + MAX_HOT >= 2**31:
+        raise ValueError(
+            f"threads sharing w relabel hot features past n_features={n_features}, which leaves "
+            "no room in 32-bit ids; use deterministic=True (CoCoA+ threads)"
+        )
+    return h0
 
 
 def hot_code(hot: np.ndarray, n_features: int) -> np.ndarray:
@@ -235,11 +242,6 @@ class HotSlots:
         self.d = int(n_features)
         self.every = sync_every(n_rows)  # rows between first-tier syncs
         self.h0 = hot_base(self.d)  # the first hot id, where the private tails start
-        if self.h0 + MAX_HOT >= 2**31:
-            raise ValueError(
-                f"threads sharing w relabel hot features past n_features={self.d}, which leaves "
-                "no room in 32-bit ids; use deterministic=True (CoCoA+ threads)"
-            )
         self.n_threads = int(n_threads)
         self.n_slots = MAX_HOT + 1  # hot features, then the intercept
         self.top = self.h0 + MAX_HOT  # the intercept's id

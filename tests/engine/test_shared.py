@@ -262,3 +262,16 @@ def test_three_sharing_threads_reach_one_threads_optimum():
         assert res.converged
         coefs.append(res.w)
     np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-3, atol=1e-4)
+
+
+def test_hot_ids_that_would_not_fit_32_bits_are_refused_before_any_work():
+    from snapfit.engine.shared import MAX_HOT, hot_base, hot_code
+
+    assert hot_base(1 << 20) == 1 << 20  # a page multiple already
+    assert hot_base((1 << 20) + 1) > (1 << 20) + 1
+    code = hot_code(np.array([5, 2]), 10)
+    assert list(code[[2, 5]]) == [hot_base(10) + 1, hot_base(10)] and code[3] == 3
+    with pytest.raises(ValueError, match="no room in 32-bit ids; use deterministic=True"):
+        hot_base(2**31 - MAX_HOT)
+    with pytest.raises(ValueError, match="no room in 32-bit ids"):
+        HotSlots(2**31 - MAX_HOT, 2)
