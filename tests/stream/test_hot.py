@@ -4,6 +4,7 @@ until the fit asks for its own."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,3 +124,46 @@ def _epoch(src, order):
     for k, chunk in src.epoch(order):
         yield k, chunk
         src.release(k)
+
+
+def test_a_streamed_fit_of_sharing_threads_resumes_to_the_uninterrupted_optimum(
+    small_parquet, tmp_path, monkeypatch
+):
+    """The estimator's streamed sharing fit (the source picks the hot set, the cache stores the
+    fit's ids) checkpoints ``w`` in the data's order; a resumed fit, whose new source picks the
+    same hot set, reaches the uninterrupted fit's optimum, which is liblinear's."""
+    import warnings
+
+    import snapfit.stream.choose as choose
+    from snapfit import LogisticRegression
+    from tests.helpers import liblinear, primal
+
+    hot_sets = []
+
+    class Spy(StreamSource):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            hot_sets.append(self.hot_set())
+
+    monkeypatch.setattr(choose, "StreamSource", Spy)
+    kw = dict(C=0.1, tol=1e-9, max_iter=300, random_state=0, n_jobs=2, deterministic=False,
+              memory_budget="3MB")  # fmt: skip
+    full = LogisticRegression(**kw).fit(small_parquet)
+    part = LogisticRegression(checkpoint_dir=str(tmp_path), **(kw | {"max_iter": 4}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part.fit(small_parquet)
+    resumed = LogisticRegression(checkpoint_dir=str(tmp_path), **kw)
+    resumed.fit(small_parquet, resume=True)
+    assert len(hot_sets) == 3 and all(h is not None for h in hot_sets)  # streamed, hot chosen
+    assert all(np.array_equal(h[0], hot_sets[0][0]) for h in hot_sets)
+    assert resumed.n_iter_[0] > 4 and resumed.history_[-1]["rel_gap"] <= 1e-9
+    chunk = ResidentSource(Dataset(small_parquet)).chunks[0]
+    X = sp.csr_matrix((chunk.values, chunk.indices, chunk.indptr),
+                      shape=(chunk.n_rows, Dataset(small_parquet).n_features))  # fmt: skip
+    y = (chunk.y > 0).astype(int)
+    ref = liblinear(X, y, 0.1)
+    p_ref = primal(X, y, ref.coef_, ref.intercept_[0], 0.1)
+    for est in (full, resumed):
+        p = primal(X, y, est.coef_, est.intercept_[0], 0.1)
+        assert abs(p - p_ref) <= 1e-6 * abs(p_ref)
