@@ -50,8 +50,10 @@ from snapfit.stream.budget import (
     temp_dir,
 )
 from snapfit.stream.cache import (
+    LZ4,
     PieceCache,
     cache_nbytes,
+    lz4_nbytes,
     make_pieces,
     records_nbytes,
     sweep_stale,
@@ -134,11 +136,14 @@ class StreamSource(ChunkSource):
         "auto" uses the cache when it fits the free space of ``cache_dir`` and says so in a log
         line when it does not. Default: the ``SNAPFIT_STREAM`` environment variable, else
         "auto".
-    cache_format : {"auto", "raw", "compact"}, optional
+    cache_format : {"auto", "raw", "compact", "lz4"}, optional
         How the cache stores pieces: raw arrays (16 B/row + 8 B/nnz; read straight into chunk
-        buffers) or compact records (``snapfit.stream.record``: about half the bytes, expanded
-        on reading). "auto": raw while it fits half of the available memory and the disk,
-        else compact. Default: ``SNAPFIT_CACHE_FORMAT``, else "auto".
+        buffers), compact records (``snapfit.stream.record``: about half the bytes, expanded
+        on reading) or compact records compressed with lz4 (~1.4x fewer bytes again on
+        Criteo-like rows, decompressed on reading: for a disk too small or too slow for the
+        compact ones). "auto": raw while it fits half of the available memory and the disk,
+        else compact, else lz4 when only that fits the disk. Default:
+        ``SNAPFIT_CACHE_FORMAT``, else "auto".
     hot : bool
         Threads sharing ``w`` will train on it (``snapfit.engine.shared``): choose their hot
         features from a sample of the rows before the first pass (``hot_set``) and store the
@@ -175,6 +180,9 @@ class StreamSource(ChunkSource):
                         self.cache_dir)  # fmt: skip
         # Relabeled hot ids run from hot_base(n_features) (shared.hot_code).
         self._id_bound = hot_base(self.n_features) + MAX_HOT if hot else self.n_features
+        # The pieces' rows before the budget is checked (lz4 shrinks small pieces less).
+        guess = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
+        self._piece_guess = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, guess // 16)))
         self.mode, self.cache_format = self._pick_mode(mode, cache_format, dataset)
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.
@@ -214,8 +222,9 @@ class StreamSource(ChunkSource):
                 stored = hot_code(self._hot[0], self.n_features)
         if self.mode == "cache":
             self.cache = PieceCache(dataset, self.pieces, self.cache_dir,
-                                    compact=self.cache_format == "compact", code=stored,
-                                    id_bound=self._id_bound)  # fmt: skip
+                                    compact=self.cache_format != "raw", code=stored,
+                                    id_bound=self._id_bound,
+                                    lz4=self.cache_format == LZ4)  # fmt: skip
         else:
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
@@ -252,28 +261,37 @@ class StreamSource(ChunkSource):
         """``(mode, cache format)``: where epochs read pieces from, and how the cache stores
         them. The raw cache is the fastest to read while the page cache holds it; once it would
         not fit half of the memory available, reads come from the disk and the compact one
-        (half the bytes) is faster; when neither fits the disk, Parquet is decoded every
-        epoch."""
+        (half the bytes) is faster; when that does not fit the disk, compact records
+        compressed with lz4 (~1.4x fewer bytes on Criteo-like rows, estimated on a sample);
+        when none fits, Parquet is decoded every epoch."""
         mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
         if mode not in ("auto", "cache", "parquet"):
             raise ValueError(
                 f"stream mode is {mode!r} (mode= or SNAPFIT_STREAM); use auto, cache or parquet."
             )
         fmt = cache_format or os.environ.get("SNAPFIT_CACHE_FORMAT") or "auto"
-        if fmt not in ("auto", "raw", "compact"):
+        if fmt not in ("auto", "raw", "compact", LZ4):
             raise ValueError(
                 f"cache format is {fmt!r} (cache_format= or SNAPFIT_CACHE_FORMAT); use auto, "
-                "raw or compact."
+                "raw, compact or lz4."
             )
         if mode == "parquet":
             return mode, None
         usage = shutil.disk_usage(self.cache_dir)
         room = usage.free - DISK_MARGIN * usage.total
         raw = records_nbytes(dataset, *self._flags)
-        if fmt == "auto":
+        auto = fmt == "auto"
+        if auto:
             memory = available_memory() or 0
             fmt = "raw" if raw <= min(room, memory // 2) else "compact"
-        need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags, self._id_bound)
+        if fmt == LZ4:
+            need = lz4_nbytes(dataset, *self._flags, self._id_bound, self._piece_guess)
+        else:
+            need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags, self._id_bound)
+        if auto and fmt == "compact" and need > room:
+            squeezed = lz4_nbytes(dataset, *self._flags, self._id_bound, self._piece_guess)
+            if squeezed <= room:
+                fmt, need = LZ4, squeezed
         if mode == "cache" or need <= room:
             return "cache", fmt
         log.warning(

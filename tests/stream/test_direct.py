@@ -41,7 +41,7 @@ def test_epoch_delivers_every_row_once(small_parquet):
 
 @pytest.mark.parametrize("hot", [False, True])
 @pytest.mark.parametrize("mode,cache_format", [("parquet", "compact"), ("cache", "compact"),
-                                               ("cache", "raw")])  # fmt: skip
+                                               ("cache", "raw"), ("cache", "lz4")])  # fmt: skip
 def test_reaches_the_in_memory_optimum(small_parquet, mode, cache_format, hot):
     ds = Dataset(small_parquet)
     # threads sharing w (features relabeled as the chunks are handed out, or, hot=True, stored

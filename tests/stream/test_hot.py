@@ -73,7 +73,7 @@ def _pieces(ds):
 
 
 @pytest.mark.parametrize("mode,cache_format", [("cache", "compact"), ("cache", "raw"),
-                                               ("parquet", None)])  # fmt: skip
+                                               ("cache", "lz4"), ("parquet", None)])  # fmt: skip
 def test_a_hot_source_stores_the_fit_ids_and_hands_out_the_data_ones(small_parquet, mode,
                                                                      cache_format):  # fmt: skip
     _check_hot_source(small_parquet, mode, cache_format)

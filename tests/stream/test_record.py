@@ -1,5 +1,7 @@
 """The compact cache record: exact round trips, fewer bytes, and fits identical to the raw cache."""
 
+from collections import namedtuple
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,10 @@ from snapfit import LogisticRegression
 from snapfit.data import Dataset
 from snapfit.stream import StreamSource
 from snapfit.stream import record as R
+from snapfit.stream.cache import cache_nbytes
+from snapfit.stream.decode import file_flags
+
+Usage = namedtuple("Usage", "total used free")
 
 
 @st.composite
@@ -81,11 +87,43 @@ def test_compact_cache_delivers_the_raw_cache_s_chunks_in_half_the_bytes(small_p
 def test_fits_on_the_compact_cache_equal_fits_on_the_raw_one(small_parquet, monkeypatch):
     kw = dict(C=0.1, tol=1e-8, max_iter=200, random_state=0, n_jobs=2, memory_budget="3MB")
     fits = {}
-    for fmt in ("raw", "compact"):
+    for fmt in ("raw", "compact", "lz4"):
         monkeypatch.setenv("SNAPFIT_CACHE_FORMAT", fmt)
         fits[fmt] = LogisticRegression(**kw).fit(small_parquet)
-    np.testing.assert_array_equal(fits["raw"].coef_, fits["compact"].coef_)
-    assert fits["raw"].history_[-1]["primal"] == fits["compact"].history_[-1]["primal"]
+    for fmt in ("compact", "lz4"):
+        np.testing.assert_array_equal(fits["raw"].coef_, fits[fmt].coef_)
+        assert fits["raw"].history_[-1]["primal"] == fits[fmt].history_[-1]["primal"]
+
+
+def test_auto_format_is_lz4_when_only_that_fits_the_disk(small_parquet, monkeypatch):
+    """Compact records compressed with lz4 take fewer bytes (estimated from a sample before the
+    first pass, measured after it); "auto" picks them when the compact cache would not fit
+    the disk but they would, before falling back to decoding Parquet every epoch."""
+    import snapfit.stream.source as source
+    from snapfit.stream.cache import lz4_nbytes
+
+    ds = Dataset(small_parquet)
+    flags = file_flags(ds)
+    compact = cache_nbytes(ds, *flags)
+    pieces = max(1, min(4096, max(16, ds.n_rows // 16) // 16))  # a default source's
+    squeezed = lz4_nbytes(ds, *flags, None, pieces)
+    assert squeezed < 0.85 * compact
+    with (
+        StreamSource(ds, 3_000_000, n_jobs=1, cache_format="compact") as a,
+        StreamSource(ds, 3_000_000, n_jobs=1, cache_format="lz4") as b,
+    ):
+        assert b.cache.bytes_per_row < 0.85 * a.cache.bytes_per_row
+        assert b.cache._end <= squeezed
+    total = 10**9
+    monkeypatch.setattr(source, "available_memory", lambda: 1_000_000)  # not raw
+    free = int(0.05 * total + (compact + squeezed) / 2)
+    monkeypatch.setattr(source.shutil, "disk_usage", lambda path: Usage(total, 0, free))
+    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+        assert (src.mode, src.cache_format) == ("cache", "lz4")
+    free = int(0.05 * total + squeezed / 2)
+    monkeypatch.setattr(source.shutil, "disk_usage", lambda path: Usage(total, 0, free))
+    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+        assert src.mode == "parquet"
 
 
 def test_auto_format_is_compact_once_the_raw_cache_would_not_stay_in_memory(
