@@ -473,7 +473,7 @@ class StreamSource(ChunkSource):
                 yield k, live.chunk
         finally:
             self._stop_prefetch()
-            if self.mode == "parquet":
+            if self.mode == "parquet" or self.cache_format == LZ4:  # Arrow's pool decoded
                 release_arrow_memory()
             self.epoch_stats.append(
                 {"seconds": time.perf_counter() - t0, "read_seconds": pf.read_seconds,

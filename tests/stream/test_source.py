@@ -86,21 +86,21 @@ def test_a_parquet_fit_does_not_copy_its_dual_variables(small_parquet, monkeypat
     LogisticRegression(C=0.1, max_iter=3).fit(small_parquet)
 
 
-@pytest.mark.parametrize("mode", ["cache", "parquet"])
-def test_arrow_pool_pages_go_back_after_decoding(small_parquet, monkeypatch, mode):
+@pytest.mark.parametrize("mode,fmt", [("cache", "compact"), ("parquet", None), ("cache", "lz4")])
+def test_arrow_pool_pages_go_back_after_decoding(small_parquet, monkeypatch, mode, fmt):
     """Arrow's allocator keeps freed pages mapped (~80 MB after a 300k-row first pass), outside
     any budget: they are handed back once the first pass is done, and after each epoch that
-    decoded Parquet."""
+    decoded Parquet or decompressed lz4 records (into Arrow's buffers)."""
     import snapfit.stream.source as source_mod
 
     calls = []
     monkeypatch.setattr(source_mod, "release_arrow_memory", lambda: calls.append(1))
     ds = Dataset(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256,
-                      mode=mode) as src:  # fmt: skip
+    with StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256, mode=mode,
+                      cache_format=fmt) as src:  # fmt: skip
         assert len(calls) == 1  # the first pass
         src.make_state()
         for _ in range(2):
             for k, _chunk in src.epoch(list(range(src.n_chunks))):
                 src.release(k)
-        assert len(calls) == (3 if mode == "parquet" else 1)
+        assert len(calls) == (1 if fmt == "compact" else 3)
