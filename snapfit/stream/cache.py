@@ -162,40 +162,38 @@ def cache_nbytes(dataset, has_values: bool, has_weight: bool, id_bound: int | No
 LZ4 = "lz4"
 
 
+def encode_parts(parts, has_values: bool, has_weight: bool, index_bytes: int) -> np.ndarray:
+    """The compact record of a piece from its raw record's arrays (``PieceDecoder.decode``)."""
+    it = iter(parts)
+    indptr, indices = next(it), next(it)
+    values = next(it) if has_values else None
+    y = next(it)
+    weight = next(it) if has_weight else None
+    return record_format.encode(indptr, indices, values, y, weight, next(it),
+                                index_bytes=index_bytes)  # fmt: skip
+
+
 def lz4_ratio(dataset, has_values: bool, has_weight: bool, index_bytes: int,
               piece_rows: int = 4096) -> float:  # fmt: skip
     """How many times lz4 shrinks compact records of ``piece_rows`` rows (small ones shrink
-    less), from the first ``4 * SAMPLE_ROWS`` rows of the first row group (1.0 when they
-    cannot be read)."""
+    less), from the first batch of the first row group (1.0 when it cannot be read: the first
+    pass then reports the bad data by file, row group and row)."""
     import pyarrow as pa
 
-    from snapfit.data.reader import decode_table
-    from snapfit.data.schema import INDICES, LABEL, WEIGHT
-
-    ref = dataset.chunks[0]
+    dec = PieceDecoder(dataset, make_pieces([r.n_rows for r in dataset.chunks], piece_rows),
+                       has_values, has_weight)  # fmt: skip
     try:
-        pf = parquet_file(ref.file)
-        cols = [c for c in (LABEL, INDICES, VALUES, WEIGHT) if c in pf.schema_arrow.names]
-        batch = next(pf.iter_batches(4 * SAMPLE_ROWS, row_groups=[ref.row_group], columns=cols))
-        c = decode_table(pa.Table.from_batches([batch]), n_features=dataset.n_features,
-                         has_labels=dataset.has_labels, where=lambda row: f"row {row}",
-                         validate=False)  # fmt: skip
-    except (StopIteration, OSError, ValueError, pa.ArrowException, DataError):
-        return 1.0  # the first pass reports bad data, by file, row group and row
-    values = c.values if c.values is not None else np.ones(c.nnz, np.float32)
+        _, c = next(dec._batches(0))
+    except (StopIteration, DataError):
+        return 1.0
     sq = np.zeros(c.n_rows, np.float32)
+    values = c.values if c.values is not None else np.zeros(0, np.float32)
     cpu.row_sqnorms(c.indptr, c.indices, values, c.values is not None, sq)
-    weight = (c.weight if c.weight is not None else np.ones(c.n_rows, np.float32)) if (
-        has_weight) else None  # fmt: skip
     codec, plain, packed = pa.Codec(LZ4), 0, 0
     for lo in range(0, c.n_rows, max(1, piece_rows)):
         hi = min(c.n_rows, lo + max(1, piece_rows))
-        a, b = int(c.indptr[lo]), int(c.indptr[hi])
-        rec = record_format.encode(
-            c.indptr[lo + 1 : hi + 1] - a, c.indices[a:b], values[a:b] if has_values else None,
-            c.y[lo:hi], None if weight is None else weight[lo:hi], sq[lo:hi],
-            index_bytes=index_bytes,
-        )  # fmt: skip
+        parts = dec._parts(c.rows(lo, hi), sq[lo:hi])
+        rec = encode_parts(parts, has_values, has_weight, index_bytes)
         plain, packed = plain + len(rec), packed + codec.compress(rec).size
     return plain / max(1, packed)
 
@@ -359,7 +357,8 @@ class PieceCache(PieceStore):
                 cpu.relabel(parts[1], self.code, ids)
                 parts = [parts[0], ids, *parts[2:]]
             if self.compact:
-                parts = [self._encode(parts)]
+                parts = [encode_parts(parts, self.has_values, self.has_weight,
+                                      self.index_bytes)]  # fmt: skip
                 if self.lz4:
                     self.piece_plain[p] = len(parts[0])
                     parts = [np.frombuffer(self._codec().compress(parts[0]), np.uint8)]
@@ -380,16 +379,6 @@ class PieceCache(PieceStore):
 
             codec = self._scratch.codec = pa.Codec(LZ4)
         return codec
-
-    def _encode(self, parts) -> np.ndarray:
-        """The compact record of a piece from its raw record's arrays."""
-        it = iter(parts)
-        indptr, indices = next(it), next(it)
-        values = next(it) if self.has_values else None
-        y = next(it)
-        weight = next(it) if self.has_weight else None
-        return record_format.encode(indptr, indices, values, y, weight, next(it),
-                                    index_bytes=self.index_bytes)  # fmt: skip
 
     def _write(self, parts, off: int, g: int) -> None:
         ref = self.dataset.chunks[g]
