@@ -78,6 +78,13 @@ DISK_MARGIN = 0.05
 READERS = 2
 
 
+def piece_rows_for(chunk_rows: int, piece_rows: int | None = None) -> int:
+    """Rows per piece: ``piece_rows`` (default ``chunk_rows // 16``, at most
+    ``DEFAULT_PIECE_ROWS``), no more than a chunk's."""
+    rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
+    return min(rows, int(chunk_rows))
+
+
 def recoding(stored: np.ndarray | None, wanted: np.ndarray | None) -> np.ndarray | None:
     """The relabeling (``cpu.relabel``) from ids stored relabeled by ``stored`` (``None``: the
     data's own) to ids relabeled by ``wanted`` (``None``: the data's own); ``None`` when there
@@ -180,17 +187,16 @@ class StreamSource(ChunkSource):
                         self.cache_dir)  # fmt: skip
         # Relabeled hot ids run from hot_base(n_features) (shared.hot_code).
         self._id_bound = hot_base(self.n_features) + MAX_HOT if hot else self.n_features
+        user_rows = chunk_rows is not None
+        chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
         # The pieces' rows before the budget is checked (lz4 shrinks small pieces less).
-        guess = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
-        self._piece_guess = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, guess // 16)))
+        self._piece_guess = piece_rows_for(chunk_rows, piece_rows)
         self.mode, self.cache_format = self._pick_mode(mode, cache_format, dataset)
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.
         window_min = 2 * rg_bytes if self.mode == "parquet" else 0
         plan_args = dict(n_features=self.n_features, n_jobs=n_jobs, n_rows=total,
                          resident_min=window_min)  # fmt: skip
-        user_rows = chunk_rows is not None
-        chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
         density = max(r.nnz / max(1, r.n_rows) for r in refs)
         while True:
             self._layout(chunk_rows, piece_rows)
@@ -303,9 +309,9 @@ class StreamSource(ChunkSource):
 
     def _layout(self, chunk_rows: int, piece_rows: int | None) -> None:
         refs = self.dataset.chunks
-        piece_rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
-        self.pieces = make_pieces([r.n_rows for r in refs], min(piece_rows, chunk_rows))
-        self.per_chunk = max(1, round(chunk_rows / max(1, min(piece_rows, chunk_rows))))
+        rows = piece_rows_for(chunk_rows, piece_rows)
+        self.pieces = make_pieces([r.n_rows for r in refs], rows)
+        self.per_chunk = max(1, round(chunk_rows / max(1, rows)))
         self._n_chunks = -(-len(self.pieces) // self.per_chunk)
 
     # -- sizes -----------------------------------------------------------------------------
