@@ -108,7 +108,8 @@ def scale(
 
     def cb(rec, coef, intercept):
         ends.append(time.perf_counter() - t0)
-        print(f"epoch {rec.epoch}: {rec.seconds:.1f} s, relative gap {rec.rel_gap:.3e}, RSS "
+        print(f"epoch {rec.epoch}: {rec.seconds:.1f} s ({rec.idle:.1f} s idle), relative gap "
+              f"{rec.rel_gap:.3e}, RSS "
               f"{status_bytes('VmRSS') / 1e9:.2f} GB", file=sys.stderr, flush=True)  # fmt: skip
 
     est = LogisticRegression(C=C, n_jobs=n_jobs, memory_budget=budget, tol=tol,
@@ -133,7 +134,8 @@ def scale(
         "first_pass_s": getattr(cache, "ingest_seconds", None),
         "cache_bytes_per_row": getattr(cache, "bytes_per_row", None),
         "epochs": [{"epoch": h["epoch"], "seconds": h["seconds"], "rel_gap": h["rel_gap"],
-                    "io_wait": h.get("io_wait")} for h in est.history_],  # fmt: skip
+                    "io_wait": h.get("io_wait"), "idle": h.get("idle")}
+                   for h in est.history_],  # fmt: skip
         "peak_rss_bytes": status_bytes(), "peak_rss_by_phase": peaks, "shared": shared,
     }  # fmt: skip
 

@@ -140,7 +140,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     classes_ : ndarray of shape (2,)
     n_iter_ : ndarray of shape (1,)
     history_ : list of dict
-        Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait,
+        Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait
+        (the engine blocked on the source), idle (the solver threads on no rows, on average),
         and ``validation_<metric>`` when fitted with validation data.
     feature_map_ : dict
         How the training data was built (format, hash bits, transform, n_features...); scorers

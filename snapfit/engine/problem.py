@@ -40,6 +40,13 @@ class EpochRecord:
     ``dual`` is exact. ``gap`` is the sum of per-row gap terms, each taken right after that row's
     update (free to compute during the pass, exact at a fixed point); when ``exact`` is True the
     gap and primal come from a separate exact pass. ``primal = dual + gap``.
+
+    ``io_wait``: seconds the engine's consuming thread was blocked on the source for its next
+    chunk. ``idle``: seconds of the pass the solver units spent on no rows, averaged over the
+    units (waiting for chunks, or for the slowest unit at the end of the pass). They differ
+    when the consuming thread runs ahead of the units: with CPU threads sharing ``w`` on a
+    streamed source it waits for free buffers most of the pass while the threads compute, so
+    ``io_wait`` nears the epoch and only ``idle`` says whether the disk held the threads up.
     """
 
     epoch: int
@@ -52,12 +59,15 @@ class EpochRecord:
     rows_per_s: float
     nnz_per_s: float
     io_wait: float = 0.0
+    idle: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_pass(cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait) -> EpochRecord:
+    def from_pass(
+        cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait, idle=0.0
+    ) -> EpochRecord:
         """The record of an epoch's pass: the exact dual from ``w`` and the entropy sum, the
         estimated gap, and the rates (every trainer reports epochs the same way)."""
         dual = -0.5 * cpu.squared_norm(w) - entropy
@@ -74,4 +84,5 @@ class EpochRecord:
             rows_per_s=rate(n_rows),
             nnz_per_s=rate(nnz),
             io_wait=io_wait,
+            idle=idle,
         )

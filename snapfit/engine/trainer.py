@@ -402,11 +402,13 @@ class Trainer:
         else:
             results, views = self._run(order, plan, self._pass_item)
             self._merge(views, w0)
-        seconds = time.perf_counter() - t0 + counting
+        pass_s = time.perf_counter() - t0
+        seconds = pass_s + counting
         if self.has_gpu and self.devices.rebalance:
             for t in range(self.k):
                 self.meter.update(t, int(self._done_rows[t]), float(self._busy[t]))
-        rec = self._close_epoch([(it.k, *r) for it, r in results], seconds, io0)
+        idle = max(0.0, pass_s - float(np.mean(self._busy)))
+        rec = self._close_epoch([(it.k, *r) for it, r in results], seconds, io0, idle)
         self._residency()
         return rec
 
@@ -436,7 +438,7 @@ class Trainer:
         alpha_of = self.state.alpha_of
         self._group.each(lambda t: self.units[t].choose(gaps, sizes, largest, alpha_of))
 
-    def _close_epoch(self, gaps, seconds: float, io0: float) -> EpochRecord:
+    def _close_epoch(self, gaps, seconds: float, io0: float, idle: float = 0.0) -> EpochRecord:
         """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
         source (they rank chunks for residency), the epoch is counted and recorded."""
         self.chunk_gaps[:] = 0.0
@@ -449,7 +451,7 @@ class Trainer:
         return EpochRecord.from_pass(
             epoch=self.epoch, w=self.w, entropy=ent, gap=float(self.chunk_gaps.sum()),
             seconds=seconds, n_rows=self.state.n_rows, nnz=sum(self.nnz),
-            io_wait=self.source.io_wait - io0,
+            io_wait=self.source.io_wait - io0, idle=idle,
         )  # fmt: skip
 
     def confirm(self, rec: EpochRecord) -> EpochRecord:
