@@ -296,14 +296,17 @@ class PieceCache(PieceStore):
     Criteo-like rows that is 6.7e9 ids (~8 s of a core) per epoch, against once here.
     ``id_bound``: the stored ids are below it (default ``n_features``). ``lz4``: compact
     records compressed one by one (``LZ4``), for a disk too small for them or too slow.
+    ``need``: the cache's bytes when the caller estimated them already (the lz4 estimate reads
+    a sample of the data), else ``check_space`` estimates them.
     """
 
     mode = "cache"
 
     def __init__(self, dataset, pieces: Pieces, directory: str, *, compact: bool = True,
                  code: np.ndarray | None = None, id_bound: int | None = None,
-                 lz4: bool = False):  # fmt: skip
+                 lz4: bool = False, need: int | None = None):  # fmt: skip
         super().__init__(dataset, pieces, directory)
+        self.need = need
         self.compact = bool(compact) or bool(lz4)
         self.lz4 = bool(lz4)
         self.piece_plain = np.zeros(len(pieces), np.int64)  # an lz4 record's bytes expanded
@@ -331,7 +334,9 @@ class PieceCache(PieceStore):
 
     def check_space(self) -> None:
         flags = self.has_values, self.has_weight
-        if self.lz4:
+        if self.need is not None:
+            need = self.need
+        elif self.lz4:
             rows = int(np.median(self.pieces.rows)) if len(self.pieces) else 1
             need = lz4_nbytes(self.dataset, *flags, self.id_bound, rows)
         elif self.compact:

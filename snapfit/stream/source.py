@@ -230,7 +230,8 @@ class StreamSource(ChunkSource):
             self.cache = PieceCache(dataset, self.pieces, self.cache_dir,
                                     compact=self.cache_format != "raw", code=stored,
                                     id_bound=self._id_bound,
-                                    lz4=self.cache_format == LZ4)  # fmt: skip
+                                    lz4=self.cache_format == LZ4,
+                                    need=self._cache_need)  # fmt: skip
         else:
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
@@ -281,6 +282,7 @@ class StreamSource(ChunkSource):
                 f"cache format is {fmt!r} (cache_format= or SNAPFIT_CACHE_FORMAT); use auto, "
                 "raw, compact or lz4."
             )
+        self._cache_need: int | None = None
         if mode == "parquet":
             return mode, None
         usage = shutil.disk_usage(self.cache_dir)
@@ -299,6 +301,7 @@ class StreamSource(ChunkSource):
             if squeezed <= room:
                 fmt, need = LZ4, squeezed
         if mode == "cache" or need <= room:
+            self._cache_need = need
             return "cache", fmt
         log.warning(
             "the chunk cache would need %.1f GB in %s but %.1f GB are free: decoding Parquet "

@@ -140,3 +140,42 @@ def test_auto_format_is_compact_once_the_raw_cache_would_not_stay_in_memory(
         assert (src.mode, src.cache_format) == ("cache", "compact")
     with pytest.raises(ValueError, match="cache format is 'zip'"):
         StreamSource(ds, 3_000_000, cache_format="zip")
+
+
+def test_the_lz4_estimate_is_read_once_and_a_cache_the_disk_cannot_hold_is_refused(
+    small_parquet, monkeypatch, tmp_path
+):
+    """The source's estimate of the cache's bytes (for lz4, a sample decoded and compressed)
+    serves the cache's own space check; a cache given more bytes than the disk has free
+    refuses, naming both, before its first pass writes anything."""
+    import snapfit.stream.cache as cache
+    import snapfit.stream.source as source
+    from snapfit.errors import ResourceError
+    from snapfit.stream.cache import PieceCache
+
+    calls = []
+    real = cache.lz4_nbytes
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(source, "lz4_nbytes", counted)
+    monkeypatch.setattr(cache, "lz4_nbytes", counted)
+    ds = Dataset(small_parquet)
+    with StreamSource(ds, 3_000_000, n_jobs=1, cache_format="lz4") as src:
+        assert src.cache.need == real(*calls[0]) and src.cache._end <= src.cache.need
+    assert len(calls) == 1
+    with StreamSource(ds, 3_000_000, n_jobs=1, cache_format="compact") as src:
+        pieces = src.pieces
+    free = 10**6
+    monkeypatch.setattr(cache.shutil, "disk_usage", lambda path: Usage(10**9, 0, free))
+    refused = PieceCache(ds, pieces, str(tmp_path), need=2 * 10**9)
+    with pytest.raises(ResourceError, match=r"needs 2.00 GB in .* only 0.00 GB are free"):
+        refused.ingest()
+    assert refused._end == 0
+    refused.close()
+    estimated = PieceCache(ds, pieces, str(tmp_path))  # no estimate given: its own
+    with pytest.raises(ResourceError, match="SNAPFIT_TMPDIR"):
+        estimated.ingest()
+    estimated.close()
