@@ -191,7 +191,7 @@ class StreamSource(ChunkSource):
         chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
         # The pieces' rows before the budget is checked (lz4 shrinks small pieces less).
         self._piece_guess = piece_rows_for(chunk_rows, piece_rows)
-        self.mode, self.cache_format = self._pick_mode(mode, cache_format, dataset)
+        self.mode, self.cache_format, cache_need = self._pick_mode(mode, cache_format, dataset)
         rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
         # Decoding Parquet every epoch keeps a window of at least two row groups' records.
         window_min = 2 * rg_bytes if self.mode == "parquet" else 0
@@ -231,7 +231,7 @@ class StreamSource(ChunkSource):
                                     compact=self.cache_format != "raw", code=stored,
                                     id_bound=self._id_bound,
                                     lz4=self.cache_format == LZ4,
-                                    need=self._cache_need)  # fmt: skip
+                                    need=cache_need)  # fmt: skip
         else:
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
         try:
@@ -265,12 +265,13 @@ class StreamSource(ChunkSource):
         self.epoch_stats: list[dict] = []
 
     def _pick_mode(self, mode: str | None, cache_format: str | None, dataset):
-        """``(mode, cache format)``: where epochs read pieces from, and how the cache stores
-        them. The raw cache is the fastest to read while the page cache holds it; once it would
-        not fit half of the memory available, reads come from the disk and the compact one
-        (half the bytes) is faster; when that does not fit the disk, compact records
-        compressed with lz4 (~1.4x fewer bytes on Criteo-like rows, estimated on a sample);
-        when none fits, Parquet is decoded every epoch."""
+        """``(mode, cache format, cache bytes)``: where epochs read pieces from, how the cache
+        stores them and its estimated size (``None`` without a cache). The raw cache is the
+        fastest to read while the page cache holds it; once it would not fit half of the
+        memory available, reads come from the disk and the compact one (half the bytes) is
+        faster; when that does not fit the disk, compact records compressed with lz4 (~1.4x
+        fewer bytes on Criteo-like rows, estimated on a sample); when none fits, Parquet is
+        decoded every epoch."""
         mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
         if mode not in ("auto", "cache", "parquet"):
             raise ValueError(
@@ -282,9 +283,8 @@ class StreamSource(ChunkSource):
                 f"cache format is {fmt!r} (cache_format= or SNAPFIT_CACHE_FORMAT); use auto, "
                 "raw, compact or lz4."
             )
-        self._cache_need: int | None = None
         if mode == "parquet":
-            return mode, None
+            return mode, None, None
         usage = shutil.disk_usage(self.cache_dir)
         room = usage.free - DISK_MARGIN * usage.total
         raw = records_nbytes(dataset, *self._flags)
@@ -301,14 +301,13 @@ class StreamSource(ChunkSource):
             if squeezed <= room:
                 fmt, need = LZ4, squeezed
         if mode == "cache" or need <= room:
-            self._cache_need = need
-            return "cache", fmt
+            return "cache", fmt, need
         log.warning(
             "the chunk cache would need %.1f GB in %s but %.1f GB are free: decoding Parquet "
             "every epoch instead (slower; set SNAPFIT_TMPDIR to a disk with more room).",
             need / 1e9, self.cache_dir, usage.free / 1e9,
         )  # fmt: skip
-        return "parquet", None
+        return "parquet", None, None
 
     def _layout(self, chunk_rows: int, piece_rows: int | None) -> None:
         refs = self.dataset.chunks
