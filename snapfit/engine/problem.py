@@ -66,7 +66,7 @@ class EpochRecord:
 
     @classmethod
     def from_pass(
-        cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait, idle=0.0
+        cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait, idle
     ) -> EpochRecord:
         """The record of an epoch's pass: the exact dual from ``w`` and the entropy sum, the
         estimated gap, and the rates (every trainer reports epochs the same way)."""

@@ -438,7 +438,7 @@ class Trainer:
         alpha_of = self.state.alpha_of
         self._group.each(lambda t: self.units[t].choose(gaps, sizes, largest, alpha_of))
 
-    def _close_epoch(self, gaps, seconds: float, io0: float, idle: float = 0.0) -> EpochRecord:
+    def _close_epoch(self, gaps, seconds: float, io0: float, idle: float) -> EpochRecord:
         """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
         source (they rank chunks for residency), the epoch is counted and recorded."""
         self.chunk_gaps[:] = 0.0
