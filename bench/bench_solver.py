@@ -25,6 +25,7 @@ import json
 
 import numpy as np
 
+from bench.cores import probe, summary
 from bench.sets import make_set, meta_of
 from bench.systems import merge_fits, run_job
 
@@ -95,12 +96,19 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     # snapfit's fits are interleaved: round r runs fit r of every snapfit system (one job each),
     # so a slow spell of this shared machine lands on every system alike, not on one system's
     # block of fits.
+    # With one thread and two threads compared, each round also measures the machine's own
+    # two-core scaling (``bench.cores``): the ceiling of the speed-up, at that moment.
     curve = [name for name in systems if name in CURVE]
     parts: dict[str, list] = {name: [] for name in curve}
+    cores: list[float] | None = [] if "snapfit-1" in curve and len(curve) > 1 else None
     for r in range(repeats):
         for name in curve:
             log(f"  {name} fit {r + 1} of {repeats} ...")
             parts[name].append(run_job({**spec_of(name), "repeats": 1, "first_seed_run": r}))
+        if cores is not None:
+            cores += probe()
+    if cores is not None:
+        out["cores"] = summary(cores)
     for name in systems:
         if name in CURVE:
             r = merge_fits(parts[name])
@@ -112,6 +120,8 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
         out["systems"][name] = _slim(r)
         log(f"  {name}: {_line(r)}  [{r['wall_s']:.0f} s]")
     out["ratios"] = ratios(out["systems"], meta["nnz"])
+    if out.get("cores", {}).get("median"):
+        out["ratios"]["machine_two_core_scaling"] = out["cores"]["median"]
     out["best_path_logloss"] = min(ref.get("curve_logloss") or [optimum])
     return out
 
@@ -146,6 +156,11 @@ def ratios(res: dict, nnz: int) -> dict:
     two = [t for t in (tt("snapfit-2"), tt("snapfit-2s")) if t]
     if two and tt("snapfit-1"):
         out["snapfit1_over_snapfit2_best"] = tt("snapfit-1") / min(two)  # the 2-thread speed-up
+        # ... and the share of it an epoch's speed gives (the rest: epochs, set-up)
+        best = min(("snapfit-2", "snapfit-2s"), key=lambda n: tt(n) or float("inf"))
+        e1, e2 = res["snapfit-1"].get("epoch_s"), res[best].get("epoch_s")
+        if e1 and e2:
+            out["snapfit1_over_snapfit2_best_per_epoch"] = e1 / e2
     if snap and tt("liblinear"):
         out["snapfit_best_over_liblinear"] = min(snap) / tt("liblinear")
     s1, m1 = res.get("snapfit-1", {}), res.get("snapml-1", {})

@@ -201,6 +201,13 @@ def _target_md(t: dict) -> list[str]:
         ]
     rows += ["", "Ratios (same run):", ""]
     rows += [f"- `{k}` = {v:.3g}" for k, v in t["ratios"].items()]
+    c = t.get("cores")
+    if c and c.get("median"):
+        rows += ["", f"This machine's two-core scaling during the run (`bench.cores`: a loop "
+                 f"that shares nothing, one probe per round of fits, {c['trials']} trials): "
+                 f"median {c['median']:.2f}x, quartiles {c['q1']:.2f}-{c['q3']:.2f}x: what the two "
+                 "cores gave compute alone while the fits ran (memory-bound work can scale a "
+                 "little better or worse)."]  # fmt: skip
     rows += ["", _budget_line(t["budget"])]
     return rows
 
