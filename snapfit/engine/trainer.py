@@ -16,7 +16,8 @@ GPUs first, then the CPU threads that take the residue), each on its own host th
 
 With ``Devices.share_cpu`` (CPU threads alone, at least two) the threads are ONE CoCoA+ unit
 instead: they share ``w`` itself (``snapfit.engine.shared``: hot coordinates in per-thread
-slots, the rest Hogwild-style), so ``sigma'`` does not count them, and ``w`` may drift from
+slots, the rest Hogwild-style; the rows of a cut chunk follow the cores, ``steal``), so
+``sigma'`` does not count them, and ``w`` may drift from
 ``w(alpha)`` by lost updates: ``settle()`` rebuilds it before every exact check and at the end.
 Such a trainer counts the features' rows when it is made, picks the hot ones and runs in its
 own feature order from then on (the source relabels its chunks); ``w`` is in that order, and
@@ -38,6 +39,7 @@ from snapfit.engine.shared import HotSlots, count_step
 from snapfit.engine.source import ChunkSource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
+from snapfit.engine.steal import RowBoard
 from snapfit.engine.units import CpuUnit, SharedCpuUnit, Unit
 from snapfit.engine.workers import Item, ThreadGroup, item_rows, item_span, plan_epoch
 from snapfit.solvers import cpu
@@ -125,6 +127,7 @@ class Trainer:
         names += [f"snapfit-cpu-{t}" for t in range(devices.n_cpu)]
         self._group = ThreadGroup(self.k, names)
         self._setup = 0.0  # seconds of the set-up passes, charged to the first epoch
+        self._board: RowBoard | None = None  # a shared pass's rows of cut chunks (``steal``)
         try:
             self._group.each(lambda t: self.units[t].bind())
             t0 = time.perf_counter()
@@ -252,7 +255,16 @@ class Trainer:
         alpha = self.state.alpha_of(item.k)
         sq = None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
         rows = item_rows(item, chunk.n_rows, unit.bucket_rows, [self.problem.seed, self.epoch])
-        done = unit.run(item, chunk, alpha, sq, rows, self.source.layout(item.k))
+        layout = self.source.layout(item.k)
+        board = self._board
+        if board is not None and item.n_slices > 1:  # a cut chunk's rows follow the cores
+
+            def run(part):
+                return unit.run(item, chunk, alpha, sq, part, layout)[0][1]
+
+            done = [(item, board.run(item.k, t, rows, run))]
+        else:
+            done = unit.run(item, chunk, alpha, sq, rows, layout)
         self._busy[t] += time.perf_counter() - t0
         self._done_rows[t] += item.n_rows(chunk.n_rows)
         return done
@@ -416,9 +428,11 @@ class Trainer:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with
         a larger sigma' (Dask) ``w`` moves by ``1/sigma'`` of the group's move, as one view."""
         self.slots.tag()
+        self._board = RowBoard(self.k)
         try:
             results, _ = self._run(order, plan, self._pass_item)
         finally:
+            self._board = None
             self.slots.fold()
             self.drifted = True
         if w0 is not None:

@@ -96,13 +96,13 @@ def test_ids_that_leave_no_room_for_relabeling_are_refused():
 D = 3000
 
 
-def _trainer(share: bool, n_cpu: int = 2, sigma=None):
+def _trainer(share: bool, n_cpu: int = 2, sigma=None, chunk_rows: int = 500):
     """2000 rows over 3000 features, ~6 rows each (cold), and column 0 in every row (hot)."""
     rng = np.random.default_rng(0)
     X = sp.random(2000, D - 1, density=0.003, random_state=1, format="csr", dtype=np.float32)
     X = sp.hstack([np.ones((2000, 1), np.float32), X], format="csr")
     y = np.where(rng.random(2000) < 0.5, 1.0, -1.0).astype(np.float32)
-    src = InMemorySource(csr_chunks(X, y, None, 500), D)
+    src = InMemorySource(csr_chunks(X, y, None, chunk_rows), D)
     prob = Problem(n_features=D, c_pos=1.0, c_neg=1.0, bias=1.0, seed=3, sigma=sigma)
     return Trainer(src, prob, src.make_state(), Devices(n_cpu=n_cpu, share_cpu=share)), X, y
 
