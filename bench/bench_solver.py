@@ -97,7 +97,7 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
     # so a slow spell of this shared machine lands on every system alike, not on one system's
     # block of fits.
     # With one thread and two threads compared, each round also measures the machine's own
-    # two-core scaling (``bench.cores``): the ceiling of the speed-up, at that moment.
+    # two-core scaling (``bench.cores``): what its cores give threads that share nothing.
     curve = [name for name in systems if name in CURVE]
     parts: dict[str, list] = {name: [] for name in curve}
     cores: list[float] | None = [] if "snapfit-1" in curve and len(curve) > 1 else None

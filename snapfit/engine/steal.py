@@ -3,8 +3,8 @@
 Why. Threads sharing ``w`` (``snapfit.engine.shared``) cut a chunk into one slice per thread
 (``workers.plan_epoch``): on one in-memory chunk each thread gets half of the rows. A pass
 then lasts as long as its slowest thread, and on a VM one vCPU is often slower than the
-other for a while (its host core busy with another tenant): a thread waited 0.00-0.11 s at
-the end of 1.0-2.0 s passes of two threads on 4M Criteo-40 rows (``EpochRecord.idle``, the
+other for a while (its host core busy with another tenant): a thread waited 0.00-0.15 s at
+the end of 0.9-2.0 s passes of two threads on 4M Criteo-40 rows (``EpochRecord.idle``, the
 mean of the two, so up to twice that for the one that finished first). Their passes are not
 reproducible anyway (Hogwild), so nothing is lost by letting the rows follow the cores.
 
@@ -16,7 +16,10 @@ of what another thread of the chunk has left (the one with the most) and goes on
 its own, so a slow thread is relieved again and again until no thread has ``2 MIN_BLOCK``
 rows left. Each row is visited exactly once; the chunk's gap and entropy are the sums over
 its blocks, whoever ran them, and the chunk is released only when every slice's item is
-complete (a thief's item completes after the rows it took).
+complete (a thief's item completes after the rows it took). Whole chunks (a streamed source
+with two chunks or more per thread) are still dealt before the pass (``plan_epoch``, by nnz):
+taking rows of a chunk another thread holds would need that thread to wait for the thief
+before its chunk's buffer is released; not done.
 """
 
 from __future__ import annotations
