@@ -127,7 +127,6 @@ class Trainer:
         names += [f"snapfit-cpu-{t}" for t in range(devices.n_cpu)]
         self._group = ThreadGroup(self.k, names)
         self._setup = 0.0  # seconds of the set-up passes, charged to the first epoch
-        self._board: RowBoard | None = None  # a shared pass's rows of cut chunks (``steal``)
         try:
             self._group.each(lambda t: self.units[t].bind())
             t0 = time.perf_counter()
@@ -249,14 +248,13 @@ class Trainer:
         return results, [v for v, _ in kept]
 
     # -- per-unit work ---------------------------------------------------------------------
-    def _pass_item(self, t: int, item: Item, chunk):
+    def _pass_item(self, t: int, item: Item, chunk, board: RowBoard | None = None):
         t0 = time.perf_counter()
         unit = self.units[t]
         alpha = self.state.alpha_of(item.k)
         sq = None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
         rows = item_rows(item, chunk.n_rows, unit.bucket_rows, [self.problem.seed, self.epoch])
         layout = self.source.layout(item.k)
-        board = self._board
         if board is not None and item.n_slices > 1:  # a cut chunk's rows follow the cores
 
             def run(part):
@@ -428,11 +426,10 @@ class Trainer:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with
         a larger sigma' (Dask) ``w`` moves by ``1/sigma'`` of the group's move, as one view."""
         self.slots.tag()
-        self._board = RowBoard(self.k)
+        board = RowBoard(self.k)  # a cut chunk's rows follow the cores (``steal``)
         try:
-            results, _ = self._run(order, plan, self._pass_item)
+            results, _ = self._run(order, plan, lambda t, it, ch: self._pass_item(t, it, ch, board))
         finally:
-            self._board = None
             self.slots.fold()
             self.drifted = True
         if w0 is not None:

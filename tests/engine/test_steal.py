@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapfit.engine import shared, steal
+from snapfit.engine import steal
 from snapfit.solvers import cpu
 from tests.engine.test_shared import D, _trainer
 
@@ -131,7 +131,6 @@ def test_threads_that_do_not_share_w_keep_their_own_rows(monkeypatch):
     tr, _, _ = _trainer(False, chunk_rows=2000)
     try:
         tr.run_epoch()
-        assert made == [] and tr._board is None
+        assert made == []
     finally:
         tr.close()
-    assert shared.MAX_HOT >= 2
