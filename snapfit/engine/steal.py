@@ -49,17 +49,26 @@ class RowBoard:
     def run(self, k: int, t: int, rows: np.ndarray, fn: Callable[[np.ndarray], tuple]) -> tuple:
         """Thread ``t``'s share of chunk ``k``: its ``rows`` and what it takes from the
         others, through ``fn(block) -> (gap, entropy)``; returns the summed ``(gap, entropy)``."""
-        with self._lock:
-            slots = self._left.setdefault(k, [[rows, 0, 0] for _ in range(self.n_threads)])
-            slots[t][:] = [rows, 0, len(rows)]
+        self.start(k, t, rows)
         gap = ent = 0.0
-        while (block := self._take(k, t)) is not None:
+        while (block := self.take(k, t)) is not None:
             g, e = fn(block)
             gap += g
             ent += e
         return gap, ent
 
-    def _take(self, k: int, t: int) -> np.ndarray | None:
+    def start(self, k: int, t: int, rows: np.ndarray) -> None:
+        """Thread ``t`` holds ``rows`` of chunk ``k`` (its slice, in the order it runs them).
+        ``run`` is ``start`` then ``take`` until None; the two are apart so that a test can
+        play any interleaving of threads on one thread."""
+        with self._lock:
+            slots = self._left.setdefault(k, [[rows, 0, 0] for _ in range(self.n_threads)])
+            slots[t][:] = [rows, 0, len(rows)]
+
+    def take(self, k: int, t: int) -> np.ndarray | None:
+        """Thread ``t``'s next block of chunk ``k``: from the front of its own rows, else the
+        back half of the rows another thread has left (the one with the most); None when no
+        thread has ``2 min_block`` rows left."""
         with self._lock:
             slots = self._left[k]
             mine = slots[t]
