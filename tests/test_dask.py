@@ -344,7 +344,7 @@ def test_waits_end_in_a_clear_error(client):
 def test_fit_survives_a_killed_worker(client, tmp_path):
     """A worker process dies in round 2: its row groups move to the survivor, every part rolls
     back to the last checkpoint, and the fit reaches the undisturbed objective in at most twice
-    the undisturbed time (the median of three fits on the same warmed-up cluster)."""
+    the undisturbed rounds (counted, not timed: seconds on a shared machine are not a check)."""
     from snapfit.datasets.criteo_like import make_criteo_like_parquet
 
     path = str(tmp_path / "criteo.parquet")
@@ -352,11 +352,7 @@ def test_fit_survives_a_killed_worker(client, tmp_path):
     n_groups = len(Dataset(path).chunks)
     params = dict(C=C, tol=1e-8, max_iter=200, random_state=0)
     c = client
-    calm_s = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        calm = DaskLogisticRegression(client=c, **params).fit(path)
-        calm_s.append(time.perf_counter() - t0)
+    calm = DaskLogisticRegression(client=c, **params).fit(path)
     victim = {}
 
     def kill_in_round_2(rec):
@@ -365,9 +361,7 @@ def test_fit_survives_a_killed_worker(client, tmp_path):
             victim["pid"] = c.run(os.getpid, workers=[addr])[addr]
             os.kill(victim["pid"], signal.SIGKILL)
 
-    t0 = time.perf_counter()
     hit = DaskLogisticRegression(client=c, **params).fit(path, on_round=kill_in_round_2)
-    hit_s = time.perf_counter() - t0
     assert victim
     events = [h["event"] for h in hit.history_ if h.get("event")]
     assert len(events) == 1 and victim["addr"] in events[0]
@@ -380,9 +374,7 @@ def test_fit_survives_a_killed_worker(client, tmp_path):
     first = next(p for p in hit.parts_ if p["address"] == survivor[0]["address"])
     assert not set(survivor[0]["read"]) & set(first["read"])
     assert len(survivor[0]["read"]) == n_groups - len(first["read"])
-    calm_median = sorted(calm_s)[1]
-    print(f"undisturbed {calm_median:.2f} s (median of 3), with a killed worker {hit_s:.2f} s")
-    assert hit_s <= 2.0 * calm_median
+    assert len(hit.history_) <= 2 * len(calm.history_)  # rounds run, the lost one included
 
 
 def test_early_stopping_on_a_cluster_keeps_the_best_round(client, criteo, tmp_path):

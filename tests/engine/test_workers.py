@@ -85,7 +85,8 @@ def test_units_that_defer_completion_never_starve_the_source():
 
     def chunks():
         for k in range(n):
-            assert buffers.acquire(timeout=10), "the source starved: every buffer is held"
+            # a hang guard, not a timing check: a correct pass frees a buffer at once
+            assert buffers.acquire(timeout=120), "the source starved: every buffer is held"
             yield k, None
 
     held = [None, None]
