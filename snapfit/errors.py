@@ -17,3 +17,8 @@ class ResourceError(SnapfitError, RuntimeError):
     """A memory budget, device or other resource cannot serve the request. CLI exit 4."""
 
     exit_code = 4
+
+
+class StallError(ResourceError):
+    """A unit's thread or a GPU made no progress within the stall timeout
+    (``SNAPFIT_STALL_TIMEOUT``); the message names the unit and what it was waiting for."""

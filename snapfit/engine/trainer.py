@@ -128,7 +128,7 @@ class Trainer:
         self._group = ThreadGroup(self.k, names)
         self._setup = 0.0  # seconds of the set-up passes, charged to the first epoch
         try:
-            self._group.each(lambda t: self.units[t].bind())
+            self._group.each(lambda t: self.units[t].bind(), "bind")
             t0 = time.perf_counter()
             self._prepare()
             self._setup = time.perf_counter() - t0
@@ -193,12 +193,14 @@ class Trainer:
         ]
         # A chunk a GPU keeps alpha of on its device must have it at home before any other
         # unit reads it (the GPU itself uploads the host copy when it needs it again).
-        held = self._group.each(lambda t: self.units[t].resident_chunks())
+        held = self._group.each(lambda t: self.units[t].resident_chunks(), "resident_chunks")
         touched = [{it.k for it in items} for items in plan]
         for g, unit in enumerate(self.units):
             others = set().union(*(touched[u] for u in range(self.k) if u != g)) & held[g]
             if others:
-                self._group.call(g, lambda u=unit, ks=others: u.sync_alpha(self.state.alpha_of, ks))
+                self._group.call(
+                    g, lambda u=unit, ks=others: u.sync_alpha(self.state.alpha_of, ks), "sync_alpha"
+                )
         return order, plan
 
     def _readers(self) -> np.ndarray:
@@ -240,7 +242,7 @@ class Trainer:
                 self._busy[t] += time.perf_counter() - t0
 
         results = self._group.run(self.source.epoch(order), plan, fn, release, flush)
-        kept = self._group.each(lambda t: self.units[t].finish())
+        kept = self._group.each(lambda t: self.units[t].finish(), "finish")
         # A unit that keeps its results (a GPU) hands them over now, by item number.
         results = [(it, kept[it.unit][1][it.seq] if r is None else r) for it, r in results]
         # Units finish in any order; summing in a fixed order keeps gaps reproducible.
@@ -252,7 +254,7 @@ class Trainer:
         t0 = time.perf_counter()
         unit = self.units[t]
         alpha = self.state.alpha_of(item.k)
-        sq = None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
+        sq = self._sqnorm(item, chunk)
         rows = item_rows(item, chunk.n_rows, unit.bucket_rows, [self.problem.seed, self.epoch])
         layout = self.source.layout(item.k)
         if board is not None and item.n_slices > 1:  # a cut chunk's rows follow the cores
@@ -269,14 +271,21 @@ class Trainer:
 
     def _objective_item(self, t: int, item: Item, chunk):
         alpha = self.state.alpha_of(item.k)
-        return self.units[t].objective(item, chunk, alpha, self.w, self.source.layout(item.k))
+        layout = self.source.layout(item.k)
+        return self.units[t].objective(
+            item, chunk, alpha, self._sqnorm(item, chunk), self.w, layout
+        )
+
+    def _sqnorm(self, item: Item, chunk):
+        """The item's row norms as the units take them (None for chunks born on a device)."""
+        return None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
 
     # -- whole-data operations -------------------------------------------------------------
     def _sum_pass(self, w0: np.ndarray | None) -> None:
         """``w = w(alpha)`` over every chunk (after setting alpha from ``w0`` when given)."""
         order, plan = self._whole_plan()
         zero = np.zeros_like(self.w)
-        self._group.each(lambda t: self.units[t].begin(zero, len(plan[t])))
+        self._group.each(lambda t: self.units[t].begin(zero, len(plan[t])), "begin")
 
         def warm(t, item, chunk):
             self.units[t].warm(item, chunk, self.state.alpha_of(item.k), w0)
@@ -318,7 +327,7 @@ class Trainer:
         order, plan = self._whole_plan()
         step = count_step(self.state.n_rows)
         if count:
-            self._group.each(lambda t: self.units[t].view.fill(0.0))
+            self._group.each(lambda t: self.units[t].view.fill(0.0), "zero the views")
 
         def prepare(t, item, chunk):
             counted = self.units[t].count(item, chunk, step) if count else 0
@@ -368,7 +377,7 @@ class Trainer:
         rebuild ``w`` when threads sharing it may have lost updates)."""
         self.settle()
         order, plan = self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
-        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3))
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3), "begin")
         results, _ = self._run(order, plan, self._objective_item)
         return self._objective_of(sum(r[0] for _, r in results), sum(r[1] for _, r in results))
 
@@ -402,7 +411,7 @@ class Trainer:
         counting, self._setup = self._setup, 0.0
         order, plan = self._plan(_EPOCH_KEY)
         w0 = self.w.copy() if self.sigma != self.devices.cocoa_units else None
-        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])))
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])), "begin")
         self._busy[:] = 0.0
         self._done_rows[:] = 0
         io0 = self.source.io_wait
@@ -447,7 +456,7 @@ class Trainer:
         sizes = self.source.piece_sizes()
         largest = self.source.max_chunk_shape()
         alpha_of = self.state.alpha_of
-        self._group.each(lambda t: self.units[t].choose(gaps, sizes, largest, alpha_of))
+        self._group.each(lambda t: self.units[t].choose(gaps, sizes, largest, alpha_of), "choose")
 
     def _close_epoch(self, gaps, seconds: float, io0: float, idle: float) -> EpochRecord:
         """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
@@ -476,16 +485,17 @@ class Trainer:
 
     def drop_device_alpha(self) -> None:
         """Forget every device copy of ``alpha`` (the host state was written directly)."""
-        self._group.each(lambda t: self.units[t].drop_alpha())
+        self._group.each(lambda t: self.units[t].drop_alpha(), "drop_alpha")
 
     def sync_alpha(self) -> None:
         """Bring every ``alpha`` kept on a device home (before the host state is read)."""
         if self.has_gpu:
-            self._group.each(lambda t: self.units[t].sync_alpha(self.state.alpha_of))
+            self._group.each(lambda t: self.units[t].sync_alpha(self.state.alpha_of), "sync_alpha")
 
     def close(self) -> None:
         try:
-            self._group.each(lambda t: self.units[t].close())
+            if not self._group.stuck:  # a stalled unit's thread takes no more work
+                self._group.each(lambda t: self.units[t].close(), "close")
         finally:
             self._group.close()
             self.state.close()

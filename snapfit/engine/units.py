@@ -48,7 +48,9 @@ class Unit(ABC):
     def run(self, item: Item, chunk, alpha, sqnorm, rows, layout) -> list: ...
 
     @abstractmethod
-    def objective(self, item: Item, chunk, alpha, w, layout) -> list: ...
+    def objective(self, item: Item, chunk, alpha, sqnorm, w, layout) -> list:
+        """Exact ``(loss, entropy, gap)`` of the item's rows at ``w``. ``sqnorm`` (the rows'
+        norms, None for device chunks) is for a unit that may keep the chunk (a GPU)."""
 
     def flush(self) -> list:
         return []
@@ -102,7 +104,7 @@ class CpuUnit(Unit):
         )  # fmt: skip
         return [(item, result)]
 
-    def objective(self, item, chunk, alpha, w, layout):
+    def objective(self, item, chunk, alpha, sqnorm, w, layout):
         p = self.p
         lo, hi = item_span(item, chunk.n_rows)
         result = cpu.chunk_objective(

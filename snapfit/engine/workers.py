@@ -25,6 +25,8 @@ import numpy as np
 from numba import njit
 
 from snapfit.data.chunk import Chunk
+from snapfit.engine.waits import ENV, stall_timeout, wait_event
+from snapfit.errors import StallError
 from snapfit.solvers.cpu import prefetch as _prefetch
 
 
@@ -205,6 +207,18 @@ def row_order(n_rows: int, bucket_rows: int, key: list[int]) -> np.ndarray:
     return rows[rows < n_rows] if n_rows % bucket_rows else rows
 
 
+def _name(fn) -> str:
+    """What a job is called in a stall message: its function's name."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _pass_barrier(barrier: threading.Barrier) -> None:
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass  # the caller gave up waiting (a stalled thread): nothing to do
+
+
 class ThreadGroup:
     """One long-lived host thread per unit; ``run`` hands each its items as the chunks arrive.
 
@@ -228,6 +242,7 @@ class ThreadGroup:
         ]
         for th in self._threads:
             th.start()
+        self._stuck = False  # a thread stalled: it may never take another job
 
     def _loop(self, t: int) -> None:
         q = self._queues[t]
@@ -238,8 +253,10 @@ class ThreadGroup:
             job(t)
 
     # -- synchronous calls on a unit's thread -----------------------------------------------
-    def call(self, t: int, fn: Callable[[], object]):
-        """``fn()`` on thread ``t``; its result, or its exception re-raised here."""
+    def call(self, t: int, fn: Callable[[], object], what: str | None = None):
+        """``fn()`` on thread ``t``; its result, or its exception re-raised here. ``what``
+        names the operation in a stall's message."""
+        self._check_stuck()
         box: list = []
         ready = threading.Event()
 
@@ -251,14 +268,16 @@ class ThreadGroup:
             ready.set()
 
         self._queues[t].put(job)
-        ready.wait()
+        self._wait(ready, f"{self._threads[t].name}: {what or _name(fn)}")
         result, error = box[0]
         if error is not None:
             raise error
         return result
 
-    def each(self, fn: Callable[[int], object]) -> list:
-        """``fn(t)`` on every thread ``t`` at once; the results in thread order."""
+    def each(self, fn: Callable[[int], object], what: str | None = None) -> list:
+        """``fn(t)`` on every thread ``t`` at once; the results in thread order (``what`` as
+        in ``call``)."""
+        self._check_stuck()
         boxes: list[list] = [[] for _ in range(self.n_threads)]
         left = [self.n_threads]
         lock = threading.Lock()
@@ -276,7 +295,12 @@ class ThreadGroup:
 
         for q in self._queues:
             q.put(job)
-        ready.wait()
+        try:
+            wait_event(ready, what or _name(fn))
+        except StallError as e:
+            self._stuck = True
+            late = [self._threads[t].name for t, box in enumerate(boxes) if not box]
+            raise StallError(f"{', '.join(late)}: {e}") from None
         for box in boxes:
             if box[0][1] is not None:
                 raise box[0][1]
@@ -302,6 +326,10 @@ class ThreadGroup:
         lock = threading.Lock()
         finished = threading.Event()  # every item complete, or an error
         remaining = [sum(pending.values())]
+        per_unit = [0] * self.n_threads  # items each unit has yet to complete
+        for items in plan:
+            for it in items:
+                per_unit[it.unit] += 1
 
         def complete(done: list) -> None:
             released = []
@@ -309,6 +337,7 @@ class ThreadGroup:
                 for item, result in done:
                     results.append((item, result))
                     pending[item.k] -= 1
+                    per_unit[item.unit] -= 1
                     if pending[item.k] == 0:
                         released.append(item.k)
                     remaining[0] -= 1
@@ -363,7 +392,7 @@ class ThreadGroup:
                 if flush is not None:
                     for q in self._queues:
                         q.put(flush_job)
-                finished.wait()
+                self._wait_progress(finished, remaining, per_unit, lock)
         finally:
             if errors or not finished.is_set():
                 self._drain()
@@ -379,13 +408,52 @@ class ThreadGroup:
                     q.get_nowait()
                 except queue.Empty:
                     break
+        if self._stuck:
+            return  # a stalled thread never reaches a barrier; the error is on its way up
         barrier = threading.Barrier(self.n_threads + 1)
         for q in self._queues:
-            q.put(lambda t: barrier.wait())
-        barrier.wait()
+            q.put(lambda t: _pass_barrier(barrier))
+        try:
+            barrier.wait(stall_timeout())
+        except threading.BrokenBarrierError:
+            self._stuck = True
+
+    @property
+    def stuck(self) -> bool:
+        """Whether a unit's thread stalled: it may never take another job."""
+        return self._stuck
+
+    def _check_stuck(self) -> None:
+        if self._stuck:
+            raise StallError("a unit's thread stalled earlier in this fit; it takes no more work.")
+
+    def _wait(self, event: threading.Event, what: str) -> None:
+        """``wait_event`` that marks the group stuck when it times out."""
+        try:
+            wait_event(event, what)
+        except StallError:
+            self._stuck = True
+            raise
+
+    def _wait_progress(self, finished, remaining, per_unit, lock) -> None:
+        """Wait for the pass's end while items keep completing: ``StallError`` naming the
+        units still holding items when none completed for a whole stall timeout."""
+        seconds = stall_timeout()
+        seen = remaining[0]
+        while not finished.wait(seconds):
+            with lock:
+                now = remaining[0]
+                late = [self._threads[t].name for t, n in enumerate(per_unit) if n > 0]
+            if now == seen:
+                self._stuck = True
+                raise StallError(
+                    f"{', '.join(late)}: no item of the pass completed within {seconds:g} s "
+                    f"({now} left; a stuck GPU or thread); set {ENV} to wait longer."
+                )
+            seen = now
 
     def close(self) -> None:
         for q in self._queues:
             q.put(None)
-        for th in self._threads:
-            th.join()
+        for th in self._threads:  # a stalled thread is a daemon: left behind, not joined
+            th.join(stall_timeout() if self._stuck else None)

@@ -25,7 +25,9 @@ import os
 
 import numpy as np
 from numba import cuda
+from numba.cuda.cudadrv.driver import device_memset
 
+from snapfit.engine.waits import poll
 from snapfit.errors import ResourceError
 from snapfit.gpu.device import simulated
 
@@ -34,14 +36,22 @@ ENV = "SNAPFIT_GPU_BACKEND"
 
 class Stream:
     """A CUDA stream as the backend owns it (``native``) and as numba kernels and copies take
-    it (``launch``); the same object for numba."""
+    it (``launch``); the same object for numba. ``marker`` is an event of the backend's, recorded
+    to wait for the stream with a deadline (CUDA's own stream sync has none)."""
 
-    def __init__(self, native, launch):
+    def __init__(self, native, launch, marker=None):
         self.native = native
         self.launch = launch
+        self.marker = marker
 
-    def synchronize(self) -> None:
-        self.native.synchronize()
+    def synchronize(self, what: str = "a CUDA stream") -> None:
+        """Wait for the work enqueued so far; ``StallError`` naming ``what`` past the stall
+        timeout (``snapfit.engine.waits``)."""
+        if self.marker is None:
+            self.native.synchronize()
+            return
+        self.marker.record(self)
+        self.marker.synchronize(what)
 
 
 class Backend:
@@ -71,12 +81,28 @@ class Backend:
     def set_limit(self, nbytes: float) -> None:
         """Cap the device memory this backend allocates (the unit's budget)."""
 
+    # Every copy, memset and launch of a unit goes through these, each on a stream the unit
+    # names: a copy left to an array's own default stream (the legacy stream, for buffers CuPy
+    # exports) is not ordered with the unit's non-blocking streams.
     def h2d(self, dst, src: np.ndarray, stream: Stream) -> None:
         """Host ``src`` (pinned, for the copy to be async) to device ``dst`` on ``stream``."""
         dst.copy_to_device(src, stream=stream.launch)
 
     def d2h(self, dst: np.ndarray, src, stream: Stream) -> None:
+        """Device ``src`` to host ``dst`` on ``stream`` (complete after a sync of it)."""
         src.copy_to_host(dst, stream=stream.launch)
+
+    def d2d(self, dst, src, stream: Stream) -> None:
+        """Device ``src`` to device ``dst`` on ``stream``."""
+        dst.copy_to_device(src, stream=stream.launch)
+
+    def zero(self, dst, stream: Stream) -> None:
+        """Device ``dst``'s bytes set to 0 on ``stream``."""
+        device_memset(dst, 0, dst.nbytes, stream=stream.launch)
+
+    def launch(self, kernel, blocks: int, block: int, stream: Stream):
+        """``kernel`` configured for ``blocks`` x ``block`` threads on ``stream``."""
+        return kernel[blocks, block, stream.launch]
 
 
 class NumbaBackend(Backend):
@@ -95,7 +121,7 @@ class NumbaBackend(Backend):
 
     def stream(self) -> Stream:
         s = cuda.stream()
-        return Stream(s, s)
+        return Stream(s, s, self.event())
 
     def event(self):
         return _NumbaEvent(cuda.event())
@@ -109,7 +135,9 @@ class NumbaBackend(Backend):
 
 
 class _Event:
-    """A library's CUDA event behind one interface; the libraries differ only in ``wait``."""
+    """A library's CUDA event behind one interface; the libraries differ in ``wait`` and in how
+    an event is asked whether it completed (``done``; None where it cannot be asked: the
+    simulator's events, whose work completed at launch)."""
 
     def __init__(self, event):
         self.event = event
@@ -117,13 +145,25 @@ class _Event:
     def record(self, stream: Stream) -> None:
         self.event.record(stream.native)
 
-    def synchronize(self) -> None:
-        self.event.synchronize()
+    def done(self) -> bool | None:
+        return None
+
+    def synchronize(self, what: str = "a CUDA event") -> None:
+        """Wait until the work before the event completed, polling it so that a stuck GPU
+        raises ``StallError`` naming ``what`` (CUDA's own wait has no deadline)."""
+        if self.done() is None:
+            self.event.synchronize()
+        else:
+            poll(self.done, what)
 
 
 class _NumbaEvent(_Event):
     def wait(self, stream: Stream) -> None:
         self.event.wait(stream.native)
+
+    def done(self) -> bool | None:
+        query = getattr(self.event, "query", None)  # absent from the simulator's events
+        return None if query is None else bool(query())
 
 
 class CupyBackend(Backend):
@@ -163,7 +203,7 @@ class CupyBackend(Backend):
 
     def stream(self) -> Stream:
         s = self.cp.cuda.Stream(non_blocking=True)
-        return Stream(s, _external_stream(s.ptr))
+        return Stream(s, _external_stream(s.ptr), self.event())
 
     def event(self):
         return _CupyEvent(self.cp.cuda.Event(disable_timing=True))
@@ -179,6 +219,9 @@ class CupyBackend(Backend):
 class _CupyEvent(_Event):
     def wait(self, stream: Stream) -> None:
         stream.native.wait_event(self.event)
+
+    def done(self) -> bool | None:
+        return bool(self.event.done)  # cudaEventQuery
 
 
 def _external_stream(ptr: int):

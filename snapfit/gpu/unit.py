@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba.cuda.cudadrv.driver import device_memset
 
 from snapfit.engine.units import Unit, host_warm
 from snapfit.engine.workers import item_span
@@ -140,6 +139,7 @@ class GpuUnit(Unit):
         self.born: set[int] = set()  # chunks the caller gave as device arrays: never evicted
         self.keep: set[int] = set()
         self._pending: Slot | None = None
+        self._w0 = None  # a warm start's w0 on the device, for the unit's life (kernels read it)
 
     # -- life ------------------------------------------------------------------------------
     def bind(self) -> None:
@@ -161,17 +161,22 @@ class GpuUnit(Unit):
         self._host_sum = np.zeros(self.n_features + 1)
 
     def close(self) -> None:
-        self.copy_stream.synchronize()
-        self.compute_stream.synchronize()
+        self.copy_stream.synchronize(self._what("closing: the copy stream"))
+        self.compute_stream.synchronize(self._what("closing: the compute stream"))
         self.resident.clear()
         self.on_device.clear()
         for s in self.slots:
             s.device = None
             s.pinned.clear()
         self._flat = None
+        self._w0 = None
         self._spare.clear()
         log.debug("GPU %d (%s): %s", self.device_id, backend_name(self.backend),
                   self.stats.summary())  # fmt: skip
+
+    def _what(self, op: str) -> str:
+        """``op`` as a stall's message names it: which GPU, which backend."""
+        return f"GPU {self.device_id} ({backend_name(self.backend)}): {op}"
 
     def _alloc(self, shape, dtype):
         """Device memory from the backend, counted in ``stats``."""
@@ -237,9 +242,9 @@ class GpuUnit(Unit):
 
     def sync_alpha(self, alpha_of, only=None) -> None:
         for k in [k for k in self.on_device if only is None or k in only]:
-            self.compute_stream.synchronize()
             host = alpha_of(k)
-            self.resident[k].alpha[: len(host)].copy_to_host(host)
+            self.backend.d2h(host, self.resident[k].alpha[: len(host)], self.compute_stream)
+            self.compute_stream.synchronize(self._what(f"chunk {k}'s alpha to the host"))
             self.on_device.discard(k)
 
     def drop_alpha(self) -> None:
@@ -248,13 +253,14 @@ class GpuUnit(Unit):
     # -- a pass ----------------------------------------------------------------------------
     def begin(self, w, n_items, width=2) -> None:
         """Upload ``w`` and zero the per-item results (one buffer of 3 per item, reused)."""
-        self.compute_stream.synchronize()
+        self.compute_stream.synchronize(self._what("the last pass's kernels"))
         self.stats.by_pass.append(0)
-        self.w.copy_to_device(np.ascontiguousarray(w, dtype=np.float64))
+        w64 = np.ascontiguousarray(w, dtype=np.float64)
+        self.backend.h2d(self.w, w64, self.compute_stream)  # before this pass's kernels
         n = max(n_items, 1)
         if self._flat is None or self._flat.shape[0] < 3 * n:
             self._flat = self._alloc(3 * n, np.float64)
-        device_memset(self._flat, 0, self._flat.nbytes, stream=self.compute_stream.launch)
+        self.backend.zero(self._flat, self.compute_stream)
         self._result = self._flat[: n * width].reshape(n, width)
         self._host_sum[:] = 0.0
 
@@ -267,14 +273,15 @@ class GpuUnit(Unit):
         n = dc.n_rows
         args = dc.args()
         order = dc.rows[: len(rows)]
-        stream = self.compute_stream.launch
+        stream = self.compute_stream
+        launch = self.backend.launch
         with serial:
             if lp.rows_in_flight > 1:  # the safe step needs the columns' counts
-                device_memset(self.counts, 0, self.counts.nbytes, stream=stream)
-                kernels.column_counts[lp.blocks, lp.block, stream](
+                self.backend.zero(self.counts, stream)
+                launch(kernels.column_counts, lp.blocks, lp.block, stream)(
                     args[0], args[1], order, lp.team, self.counts
                 )
-            kernels.cd_pass[lp.blocks, lp.block, stream](
+            launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
                 *args, p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], self.counts, dc.alpha[:n],
                 self.w, order, self.sigma, lp.team, self._result[item.seq],
             )  # fmt: skip
@@ -287,16 +294,19 @@ class GpuUnit(Unit):
             s.writeback = (alpha, lo, hi)
         return self._enqueued(s, item, start)
 
-    def objective(self, item, chunk, alpha, w, layout) -> list:
+    def objective(self, item, chunk, alpha, sqnorm, w, layout) -> list:
         """Exact ``(loss, entropy, gap)`` of the item's rows at the uploaded ``w``
-        (``begin(w, n, width=3)``) into result row ``item.seq``."""
+        (``begin(w, n, width=3)``) into result row ``item.seq``.
+
+        The objective reads no row norms, but the staging uploads them: a chunk or piece that
+        becomes resident here is run from the device in later passes, norms included."""
         start = time.perf_counter()
         lo, hi = item_span(item, chunk.n_rows)
-        dc, s = self._stage(item.k, chunk, None, alpha, lo, hi, layout, None)
+        dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, None)
         lp = self._launch(hi - lo, dc)
         p = self.p
         with serial:
-            kernels.chunk_objective[lp.blocks, lp.block, self.compute_stream.launch](
+            self.backend.launch(kernels.chunk_objective, lp.blocks, lp.block, self.compute_stream)(
                 *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.w, lo, hi,
                 lp.team, self._result[item.seq],
             )  # fmt: skip
@@ -310,17 +320,19 @@ class GpuUnit(Unit):
             return
         dc = self._born(item.k, chunk)
         n = dc.n_rows
+        stream = self.compute_stream
         if w0 is None:  # alpha from the host state (a checkpoint); w0 is then not read
-            stream = self.compute_stream.launch
-            dc.alpha[:n].copy_to_device(np.ascontiguousarray(alpha[:n]), stream=stream)
+            self.backend.h2d(dc.alpha[:n], np.ascontiguousarray(alpha[:n]), stream)
             w0_dev = self.w
-        else:
-            w0_dev = self._alloc(self.n_features + 1, np.float64)  # once per warm start
-            w0_dev.copy_to_device(np.ascontiguousarray(w0, dtype=np.float64))
+        else:  # ordered before the kernel on its stream; kept while kernels may read it
+            if self._w0 is None:
+                self._w0 = self._alloc(self.n_features + 1, np.float64)
+            self.backend.h2d(self._w0, np.ascontiguousarray(w0, dtype=np.float64), stream)
+            w0_dev = self._w0
         lp = self._launch(n, dc)
         p = self.p
         with serial:
-            kernels.warm_start[lp.blocks, lp.block, self.compute_stream.launch](
+            self.backend.launch(kernels.warm_start, lp.blocks, lp.block, stream)(
                 *dc.args(), p.c_pos, p.c_neg, p.bias, w0_dev, w0 is not None, dc.alpha[:n],
                 self.w, lp.team,
             )  # fmt: skip
@@ -332,11 +344,14 @@ class GpuUnit(Unit):
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """Wait for the enqueued work; the host view of ``w`` and the per-item results."""
-        self.copy_stream.synchronize()
-        self.compute_stream.synchronize()
-        view = self.w.copy_to_host()
+        self.copy_stream.synchronize(self._what("the pass's copies"))
+        view = np.empty(self.n_features + 1)
+        results = np.empty(self._result.shape)
+        self.backend.d2h(view, self.w, self.compute_stream)
+        self.backend.d2h(results, self._result, self.compute_stream)
+        self.compute_stream.synchronize(self._what("the pass's kernels and w to the host"))
         view += self._host_sum
-        return view, self._result.copy_to_host()
+        return view, results
 
     # -- slots and staging -----------------------------------------------------------------
     def _enqueued(self, s: Slot, item, start: float) -> list:
@@ -351,7 +366,7 @@ class GpuUnit(Unit):
 
     def _complete(self, s: Slot) -> list:
         """Wait until slot ``s`` is done, write its ``alpha`` back; its item is complete."""
-        s.done.synchronize()
+        s.done.synchronize(self._what(f"the kernels of an item of chunk {s.item.k}"))
         if s.writeback is not None:
             host, lo, hi = s.writeback
             host[lo:hi] = s.pinned["alpha_out"][: hi - lo]
@@ -363,7 +378,7 @@ class GpuUnit(Unit):
         """The next slot; its previous item was completed before this one was enqueued."""
         s = self.slots[self._next_slot]
         self._next_slot = (self._next_slot + 1) % len(self.slots)
-        s.copied.synchronize()  # its pinned buffers are free to refill
+        s.copied.synchronize(self._what("a slot's copies"))  # its pinned buffers are free again
         return s
 
     def _put(self, s: Slot, key: str, src: np.ndarray, dst, at: int = 0, total: int = 0) -> None:
@@ -436,7 +451,7 @@ class GpuUnit(Unit):
                       ("sqnorm", sqnorm, dc.sqnorm)]  # fmt: skip
         nz_arrays = [("indices", chunk.indices, dc.indices), ("values", chunk.values, dc.values)]
         kept = [self.resident.get(int(p)) if self.redeals else None for p in layout.pieces]
-        stream = self.copy_stream.launch
+        stream = self.copy_stream
         j = 0
         while j < len(kept):
             if kept[j] is not None:  # a piece kept here: device to device
@@ -444,12 +459,11 @@ class GpuUnit(Unit):
                 r, z = int(rows0[j]), int(nnz0[j])
                 for name, _, dst in nz_arrays:
                     if dst is not None:
-                        dst[z : z + kp.nnz].copy_to_device(getattr(kp, name)[: kp.nnz],
-                                                           stream=stream)  # fmt: skip
+                        self.backend.d2d(dst[z : z + kp.nnz], getattr(kp, name)[: kp.nnz], stream)
                 for name, _, dst in row_arrays:
                     if dst is not None:
-                        dst[r : r + kp.n_rows].copy_to_device(getattr(kp, name)[: kp.n_rows],
-                                                              stream=stream)  # fmt: skip
+                        src = getattr(kp, name)[: kp.n_rows]
+                        self.backend.d2d(dst[r : r + kp.n_rows], src, stream)
                 j += 1
                 continue
             e = j
@@ -480,8 +494,8 @@ class GpuUnit(Unit):
                                ("weight", r, m), ("sqnorm", r, m)):  # fmt: skip
             dst = getattr(kp, name)
             if dst is not None and size:
-                dst[:size].copy_to_device(getattr(dc, name)[lo : lo + size],
-                                          stream=self.copy_stream.launch)  # fmt: skip
+                src = getattr(dc, name)[lo : lo + size]
+                self.backend.d2d(dst[:size], src, self.copy_stream)
         return kp
 
     # -- launch geometry -------------------------------------------------------------------

@@ -48,7 +48,7 @@ class MemoryPool:
 
 
 class Stream:
-    _next = 1
+    _next = 0x100  # handles are pointers: never 1 or 2 (the legacy and per-thread streams)
 
     def __init__(self, log, non_blocking=False):
         self.log, self.non_blocking = log, non_blocking
@@ -72,6 +72,12 @@ class Event:
 
     def synchronize(self):
         self.log.append(("event.synchronize", self.recorded_on))
+
+    @property
+    def done(self):
+        """``cudaEventQuery``: the simulator's work completed at launch."""
+        self.log.append(("event.done", self.recorded_on))
+        return True
 
 
 class ndarray:  # noqa: N801 - CuPy's name
