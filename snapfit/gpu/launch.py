@@ -24,11 +24,14 @@ costs little. Under the CUDA simulator every CUDA thread is a Python thread, so 
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import asdict, dataclass
 
 from snapfit.gpu import SIMULATOR_LAUNCH
 from snapfit.gpu.device import simulated
 from snapfit.solvers.gpu import MAX_BLOCK, choose_team
+
+log = logging.getLogger("snapfit")
 
 #: Warps per block: one per warp scheduler (SM sub-partition), four on every architecture
 #: since Maxwell; fewer would leave schedulers of every SM idle.
@@ -58,16 +61,27 @@ SIMULATOR_DEVICE = {"name": "CUDA simulator", "sm_count": 1, "max_threads_per_bl
                     "warp_size": 32, "max_threads_per_sm": 2048}  # fmt: skip
 
 
+#: The driver attributes the rule reads: numba-cuda's ``Device.<NAME>`` queries
+#: ``CU_DEVICE_ATTRIBUTE_<NAME>`` (``cuda.bindings.driver.CUdevice_attribute``).
+ATTRIBUTES = {
+    "sm_count": "MULTIPROCESSOR_COUNT",
+    "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+    "warp_size": "WARP_SIZE",
+    "max_threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
+}
+
+
 def props_of(dev, total_memory: float | None, *, simulated: bool) -> DeviceProps:
-    """``DeviceProps`` of a numba-cuda device object (its attributes are driver queries); an
-    attribute the object lacks (the simulator's) takes its ``SIMULATOR_DEVICE`` value."""
-    attrs = {
-        "sm_count": "MULTIPROCESSOR_COUNT",
-        "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
-        "warp_size": "WARP_SIZE",
-        "max_threads_per_sm": "MAX_THREADS_PER_MULTI_PROCESSOR",
-    }
-    values = {k: int(getattr(dev, a, SIMULATOR_DEVICE[k])) for k, a in attrs.items()}
+    """``DeviceProps`` of a numba-cuda device object (its attributes are driver queries).
+    Only the simulator's device, which offers none of them, takes the ``SIMULATOR_DEVICE``
+    values (logged); on a real device a failed query raises."""
+    if simulated:
+        missing = [a for a in ATTRIBUTES.values() if not hasattr(dev, a)]
+        if missing:
+            log.debug("CUDA simulator: %s from SIMULATOR_DEVICE", ", ".join(missing))
+        values = {k: int(getattr(dev, a, SIMULATOR_DEVICE[k])) for k, a in ATTRIBUTES.items()}
+    else:
+        values = {k: int(getattr(dev, a)) for k, a in ATTRIBUTES.items()}
     name = getattr(dev, "name", SIMULATOR_DEVICE["name"])
     name = name.decode() if isinstance(name, bytes) else str(name)
     finite = total_memory is not None and total_memory != float("inf")

@@ -32,10 +32,31 @@ Launch geometry and CUDA streams are the caller's (``snapfit.gpu``); kernels onl
 
 from __future__ import annotations
 
+import numpy as np
 from numba import cuda, float64
 
 from snapfit.gpu import simulator
 from snapfit.solvers import dual
+
+
+def restore_numpy_aliases() -> list[str]:
+    """Put back the NumPy aliases numba-cuda still names and NumPy 2.5 removed; the names put.
+
+    numba-cuda 0.30.4 registers ``overload(np.row_stack)`` while it types the first kernel, so
+    with NumPy >= 2.5 every compile raised ``AttributeError: module 'numpy' has no attribute
+    'row_stack'`` (seen on the first real GPU run). The alias is the function NumPy kept
+    (``vstack``); nothing is touched where NumPy still has it."""
+    put = []
+    for old, new in (("row_stack", "vstack"),):
+        try:
+            getattr(np, old)
+        except AttributeError:
+            setattr(np, old, getattr(np, new))
+            put.append(old)
+    return put
+
+
+restore_numpy_aliases()
 
 if simulator.simulated():
     simulator.install()  # see snapfit.gpu.simulator: shared arrays race, GIL hand-offs

@@ -21,3 +21,16 @@ def test_every_kernel_compiles_to_ptx(cc):
             if name == "cd_pass":
                 assert "atom.global.add.f64" in ptx  # w is updated by float64 atomics
                 assert "bar.sync" in ptx  # shared-memory reduction barriers
+
+
+def test_numpy_aliases_numba_cuda_names_are_put_back(monkeypatch):
+    """NumPy 2.5 dropped ``row_stack``, which numba-cuda 0.30.4 overloads at its first compile:
+    the kernels module puts the alias back (as ``vstack``) only where it is missing."""
+    import numpy as np
+
+    from snapfit.solvers import gpu
+
+    assert gpu.restore_numpy_aliases() == []  # NumPy here still has it, or it was put back
+    monkeypatch.delattr(np, "row_stack", raising=False)
+    assert gpu.restore_numpy_aliases() == ["row_stack"]
+    assert np.row_stack is np.vstack

@@ -73,11 +73,15 @@ def test_the_simulator_gets_its_small_launch():
 def test_props_from_a_numba_device_object():
     dev = SimpleNamespace(name=b"NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
                           MULTIPROCESSOR_COUNT=132, MAX_THREADS_PER_BLOCK=1024, WARP_SIZE=32,
-                          MAX_THREADS_PER_MULTI_PROCESSOR=2048)  # fmt: skip
+                          MAX_THREADS_PER_MULTIPROCESSOR=1536)  # fmt: skip
     props = props_of(dev, 85e9, simulated=False)
-    assert props == DeviceProps("NVIDIA H100 80GB HBM3", (9, 0), 132, 1024, 32, 2048, 85 * 10**9)
+    assert props == DeviceProps("NVIDIA H100 80GB HBM3", (9, 0), 132, 1024, 32, 1536, 85 * 10**9)
     bare = props_of(SimpleNamespace(compute_capability=(5, 2)), float("inf"), simulated=True)
     assert (bare.sm_count, bare.memory, bare.name) == (1, None, "CUDA simulator")
+    # A real device's failed query is an error, never the simulator's stand-in value.
+    del dev.MULTIPROCESSOR_COUNT
+    with pytest.raises(AttributeError, match="MULTIPROCESSOR_COUNT"):
+        props_of(dev, 85e9, simulated=False)
 
 
 def test_describe_reports_the_launch_and_backend():
