@@ -113,21 +113,47 @@ class Progress:
         self.bar.close()
 
 
+def kept_epoch(est) -> int:
+    """The epoch whose model was kept: the best one when early stopping chose it, else the
+    last one."""
+    if getattr(est, "stopped_early_", False) or (
+        est.early_stopping_rounds is not None and hasattr(est, "best_iteration_")
+    ):
+        return int(est.best_iteration_)
+    return int(est.n_iter_[0])
+
+
+def _record_of(est, epoch: int) -> dict:
+    return next((h for h in est.history_ if h.get("epoch") == epoch), est.history_[-1])
+
+
 def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
-    last, epochs = est.history_[-1], len(est.history_)
-    state = "converged" if converged else "NOT converged"
-    relation = "<=" if converged else ">"
-    advice = "" if converged else "; raise --max-iter"
+    """The table ``snapfit train`` prints: how the fit ended and the kept model's numbers."""
+    epochs = len(est.history_)
+    kept = kept_epoch(est)
+    rec = _record_of(est, kept)
+    n_iter = int(est.n_iter_[0])
+    if getattr(est, "stopped_early_", False):
+        metric = est.validation_metric
+        ended = (
+            f"{n_iter} (stopped early: validation {metric} not improved for "
+            f"{est.early_stopping_rounds} epochs after epoch {kept})"
+        )
+    elif converged:
+        ended = f"{n_iter} (converged: relative gap {rec['rel_gap']:.2e} <= tol {est.tol:g})"
+    else:
+        last = est.history_[-1]
+        ended = (
+            f"{n_iter} (NOT converged: relative gap {last['rel_gap']:.2e} > tol {est.tol:g}; "
+            "raise --max-iter)"
+        )
+    of = f" (epoch {kept}, relative gap {rec['rel_gap']:.2e})" if kept != n_iter else ""
     per_s = epochs / max(fit_seconds, 1e-9)
     rows = [
-        (
-            "epochs",
-            f"{int(est.n_iter_[0])} ({state}: relative gap {last['rel_gap']:.2e} {relation} "
-            f"tol {est.tol:g}{advice})",
-        ),
-        ("primal", f"{last['primal']:.8g}"),
+        ("epochs", ended),
+        ("primal", f"{rec['primal']:.8g}{of}"),
         *_best_rows(est),
-        ("dual", f"{last['dual']:.8g}"),
+        ("dual", f"{rec['dual']:.8g}{of}"),
         ("train rows", f"{data.n_rows} ({data.nnz} nnz, {data.n_features} features)"),
         (
             "fit time",

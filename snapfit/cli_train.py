@@ -28,6 +28,7 @@ from snapfit.cli_format import (
     Progress,
     budget_error,
     extra_of,
+    kept_epoch,
     metric_rows,
     table,
     train_summary,
@@ -80,7 +81,17 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Stop when the validation metric has not improved for N epochs (needs --validation).",
+    help="Stop when the validation metric has not improved for N eligible epochs (needs "
+    "--validation); see --early-stopping-gap.",
+)
+@click.option(
+    "--early-stopping-gap",
+    type=click.FloatRange(min=0),
+    default=1e-2,
+    show_default=True,
+    metavar="GAP",
+    help="An epoch can be kept or end the fit early only once its relative duality gap is at "
+    "most GAP: dual CD's early epochs score by luck of the path ('inf': every epoch counts).",
 )
 @click.option(
     "--validation-metric",
@@ -160,7 +171,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @FORCE
 def train(
-    data, test, validation, early_stopping_rounds, validation_metric, out, C,
+    data, test, validation, early_stopping_rounds, early_stopping_gap, validation_metric, out, C,
     device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
     seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
@@ -200,6 +211,7 @@ def train(
         device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
         deterministic=deterministic,
         early_stopping_rounds=early_stopping_rounds, validation_metric=validation_metric,
+        early_stopping_gap=early_stopping_gap,
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)
@@ -222,7 +234,7 @@ def train(
 
     t_fit = time.perf_counter()
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True):
             warnings.simplefilter("always", ConvergenceWarning)
             if scheduler or workers:
                 est = _fit_on_dask(est, data, scheduler, workers, on_epoch, validation)
@@ -235,7 +247,9 @@ def train(
         raise
     progress.close()
     fit_seconds = time.perf_counter() - t_fit
-    converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    # Not from the warnings caught: the estimator says how the fit ended (stopping early on
+    # the validation metric is not convergence, and warns of nothing).
+    converged = est.converged_
     est.history_ = [dict(h, **extra_of(h, history)) for h in est.history_]
     t_save = time.perf_counter()
     est.save(out)
@@ -266,7 +280,9 @@ def train(
                 "model": out,
                 "params": params,
                 "converged": converged,
+                "stopped_early": est.stopped_early_,
                 "n_iter": int(est.n_iter_[0]),
+                "kept_epoch": kept_epoch(est),
                 "validation": validation,
                 "best_iteration": getattr(est, "best_iteration_", None),
                 "best_score": getattr(est, "best_score_", None),

@@ -128,8 +128,16 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Epochs between checkpoints.
     early_stopping_rounds : int or None
         With ``fit(..., validation=data)``: stop once the validation metric has not improved
-        for this many epochs and keep the best epoch's model (``best_iteration_``). None:
-        score the validation data every epoch but train to ``tol`` and keep the last model.
+        for this many eligible epochs (see ``early_stopping_gap``) and keep the best eligible
+        epoch's model (``best_iteration_``). None: score the validation data every epoch but
+        train to ``tol`` and keep the last model.
+    early_stopping_gap : float, default=1e-2
+        An epoch is eligible to be kept, and to count towards ``early_stopping_rounds``, only
+        when its relative duality gap is at most this (or ``tol``, when larger). Dual
+        coordinate descent's early epochs are far from the optimum and their validation
+        scores are not monotone: stopping on them keeps a model by luck of the path (on a9a
+        with C=10, patience 2 kept a validation log loss of 0.443 where the optimum's is
+        0.326). ``float("inf")`` lets every epoch count, as other libraries do.
     validation_metric : {"logloss", "auc"}, default="logloss"
         The metric of ``validation`` data that early stopping watches.
 
@@ -147,8 +155,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         How the training data was built (format, hash bits, transform, n_features...); scorers
         refuse data built another way.
     best_iteration_, best_score_ : int, float
-        With validation data: the epoch (1-based) with the best validation metric, and that
-        metric.
+        With validation data: the eligible epoch (1-based; see ``early_stopping_gap``) with the
+        best validation metric, and that metric (absent when no epoch was eligible).
+    converged_ : bool
+        Whether the fit reached ``tol`` (the relative duality gap of its last epoch).
+    stopped_early_ : bool
+        Whether early stopping ended the fit; the model is then ``best_iteration_``'s, not the
+        last epoch's.
 
     Examples
     --------
@@ -180,6 +193,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
         "early_stopping_rounds": [Interval(Integral, 1, None, closed="left"), None],
         "validation_metric": [StrOptions({"logloss", "auc"})],
+        "early_stopping_gap": [Interval(Real, 0, None, closed="both")],
     }
 
     def __init__(
@@ -204,6 +218,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         checkpoint_every=1,
         early_stopping_rounds=None,
         validation_metric="logloss",
+        early_stopping_gap=1e-2,
     ):
         self.C = C
         self.fit_intercept = fit_intercept
@@ -224,6 +239,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.checkpoint_every = checkpoint_every
         self.early_stopping_rounds = early_stopping_rounds
         self.validation_metric = validation_metric
+        self.early_stopping_gap = early_stopping_gap
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -388,21 +404,28 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         data = validation_data(validation, self.classes_, d)
         return EarlyStopping(data, metric=self.validation_metric, n_features=d, bias=bias,
-                             rounds=self.early_stopping_rounds)  # fmt: skip
+                             rounds=self.early_stopping_rounds, gap=self.early_stopping_gap,
+                             tol=self.tol)  # fmt: skip
 
     def _keep(self, w, n_iter: int, converged: bool, history: list[dict], bias: float, unit: str,
               stopper=None):  # fmt: skip
         """The fitted attributes from a result (``w``: coefficients, intercept weight last);
         a fit that stopped at ``max_iter`` warns with scikit-learn's ``ConvergenceWarning``.
         With early stopping the best validation epoch's ``w`` is kept instead of the last."""
+        self.converged_ = bool(converged)
+        self.stopped_early_ = False
+        for name in ("best_iteration_", "best_score_"):  # a refit without an eligible epoch
+            self.__dict__.pop(name, None)
         if stopper is not None:
             stopper.annotate(history)
-            self.best_iteration_, self.best_score_ = stopper.best_epoch, stopper.best_score
+            if stopper.best_w is not None:
+                self.best_iteration_, self.best_score_ = stopper.best_epoch, stopper.best_score
             if self.early_stopping_rounds is not None and stopper.best_w is not None:
                 if not stopper.best_is_last:
                     self._dual = None  # the dual point is the last epoch's, not the best one's
                 w = stopper.best_w
-                converged = converged or stopper.stopped
+                self.stopped_early_ = bool(stopper.stopped)
+                converged = converged or stopper.stopped  # stopping early is no failure
         d = len(w) - 1
         self.coef_ = np.asarray(w[:d]).reshape(1, d).copy()
         self.intercept_ = np.array([w[d] * bias])
@@ -500,6 +523,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "history": self.history_, "feature_map": featuremap.of_model(self)}  # fmt: skip
         if hasattr(self, "best_iteration_"):
             meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
+        for name in ("converged_", "stopped_early_"):
+            if hasattr(self, name):
+                meta[name.rstrip("_")] = bool(getattr(self, name))
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):

@@ -126,4 +126,7 @@ def load_estimator(path, est):
     est.history_ = header.get("history", [])
     if "best_iteration" in header:
         est.best_iteration_, est.best_score_ = header["best_iteration"], header["best_score"]
+    for name in ("converged", "stopped_early"):
+        if name in header:
+            setattr(est, name + "_", bool(header[name]))
     return est

@@ -380,7 +380,7 @@ def test_fit_survives_a_killed_worker(client, tmp_path):
 def test_early_stopping_on_a_cluster_keeps_the_best_round(client, criteo, tmp_path):
     valid = str(tmp_path / "valid.parquet")
     make_criteo_like_parquet(valid, 1000, seed=5, hash_bits=16)
-    kw = dict(C=C, tol=1e-8, max_iter=40, random_state=0)
+    kw = dict(C=C, tol=1e-8, max_iter=40, random_state=0, early_stopping_gap=float("inf"))
     full = DaskLogisticRegression(client=client, **kw).fit(criteo, validation=valid)
     scores = [h["validation_logloss"] for h in full.history_]
     assert full.best_score_ == min(scores) and full.best_iteration_ == 1 + int(np.argmin(scores))
@@ -390,6 +390,9 @@ def test_early_stopping_on_a_cluster_keeps_the_best_round(client, criteo, tmp_pa
     assert got == scores[: len(got)]  # the same rounds, scored the same, up to the stop
     stop = next(e for e in range(2, len(scores) + 1) if scores[e - 1] >= min(scores[: e - 1]))
     assert len(got) == stop and est.best_iteration_ == stop - 1
+    assert est.stopped_early_ and not est.converged_  # said so, not reported as converged
+    local = est.to_local()
+    assert local.stopped_early_ and not local.converged_
     local = est.to_local()
     assert local.best_iteration_ == est.best_iteration_
     y = np.concatenate([c.y for c in Dataset(valid).iter_chunks()]) > 0

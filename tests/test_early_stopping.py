@@ -34,7 +34,8 @@ def _arrays(path):
 
 
 def test_stops_and_keeps_the_best_epoch(files):
-    kw = dict(C=0.05, tol=1e-8, max_iter=60, random_state=0)
+    """Every epoch eligible (``early_stopping_gap=inf``): the rule other libraries use."""
+    kw = dict(C=0.05, tol=1e-8, max_iter=60, random_state=0, early_stopping_gap=float("inf"))
     full = snapfit.LogisticRegression(**kw).fit(files / "train.parquet",
                                                 validation=files / "valid.parquet")  # fmt: skip
     scores = [h["validation_logloss"] for h in full.history_]
@@ -55,6 +56,7 @@ def test_stops_and_keeps_the_best_epoch(files):
             files / "train.parquet", validation=files / "valid.parquet"
         )
     assert est.n_iter_[0] == stop and est.best_iteration_ == best
+    assert est.stopped_early_ and not est.converged_ and not full.stopped_early_
     assert [h["validation_logloss"] for h in est.history_] == scores[:stop]
     # the model kept is the best epoch's: its validation log loss, computed independently
     Xv, yv = _arrays(files / "valid.parquet")
@@ -71,12 +73,59 @@ def test_stops_and_keeps_the_best_epoch(files):
     assert roc_auc_score(yv, auc.decision_function(Xv)) == pytest.approx(max(aucs), rel=1e-12)
 
 
+def test_by_default_only_epochs_near_the_optimum_are_kept_or_stop_the_fit(files):
+    """Here an early epoch (relative gap 0.06) scores better than the optimum by luck of the
+    dual path; by default (``early_stopping_gap=1e-2``) the kept model is one whose gap is at
+    most 1e-2, and the fit stops only after 3 such epochs without progress."""
+    kw = dict(C=0.05, tol=1e-8, max_iter=60, random_state=0)
+    full = snapfit.LogisticRegression(**kw).fit(files / "train.parquet",
+                                                validation=files / "valid.parquet")  # fmt: skip
+    gaps = [h["rel_gap"] for h in full.history_]
+    scores = [h["validation_logloss"] for h in full.history_]
+    eligible = [e for e in range(1, len(scores) + 1) if gaps[e - 1] <= 1e-2]
+    best, stop, since = None, None, 0
+    for epoch in eligible:  # the rule, written plainly
+        if best is None or scores[epoch - 1] < scores[best - 1]:
+            best, since = epoch, 0
+        else:
+            since += 1
+            if since >= 3:
+                stop = epoch
+                break
+    assert full.best_iteration_ == min(eligible, key=lambda e: scores[e - 1])
+    assert int(np.argmin(scores)) + 1 < eligible[0]  # the data makes the gate matter
+    est = snapfit.LogisticRegression(**kw, early_stopping_rounds=3)
+    est.fit(files / "train.parquet", validation=files / "valid.parquet")
+    assert (est.n_iter_[0], est.best_iteration_) == (stop, best) and est.stopped_early_
+    assert est.history_[best - 1]["rel_gap"] <= 1e-2
+    # the kept model scores within 1 % of the converged fit's, where the ungated one does not
+    last = scores[-1]
+    assert abs(est.best_score_ - last) <= 0.01 * last < abs(min(scores) - last)
+
+
+def test_the_gate_is_never_below_tol_and_records_without_a_small_gap_are_skipped():
+    from snapfit.validation import EarlyStopping
+
+    X = sp.csr_matrix(np.eye(4))
+    data = (X, np.array([1.0, -1.0, 1.0, -1.0]), None)
+    stopper = EarlyStopping(data, metric="logloss", rounds=1, n_features=4, bias=0.0,
+                            gap=1e-3, tol=0.1)  # fmt: skip
+    assert stopper.gap == 0.1
+    good, bad = np.array([1.0, -1.0, 1.0, -1.0, 0]), np.zeros(5)
+    assert not stopper({"epoch": 1, "rel_gap": 0.5}, good)  # best score, but too far off
+    assert stopper.best_w is None
+    assert not stopper({"epoch": 2, "rel_gap": 0.05}, bad)  # eligible: the first best
+    assert stopper({"epoch": 3, "rel_gap": 0.01}, bad)  # no better: patience 1 is spent
+    assert stopper.best_epoch == 2 and stopper.scores[0] < stopper.best_score
+
+
 def test_saved_model_reports_the_best_epoch(files, tmp_path):
     est = snapfit.LogisticRegression(C=0.05, random_state=0, early_stopping_rounds=2)
     est.fit(files / "train.parquet", validation=files / "valid.parquet")
     est.save(tmp_path / "m.npz")
     back = snapfit.load(tmp_path / "m.npz")
     assert (back.best_iteration_, back.best_score_) == (est.best_iteration_, est.best_score_)
+    assert (back.converged_, back.stopped_early_) == (est.converged_, est.stopped_early_)
 
 
 def test_bad_validation_arguments(files):
@@ -100,9 +149,21 @@ def test_cli_validation_and_early_stopping(files, tmp_path):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["best_iteration"] == doc["n_iter"] - 2 and doc["best_score"] > 0
     assert all("validation_logloss" in h for h in doc["history"])
+    # stopping on the validation metric is not convergence, and is said so
+    assert doc["converged"] is False and doc["stopped_early"] is True
+    assert doc["kept_epoch"] == doc["best_iteration"]
     res = run("train", files / "train.parquet", "--out", tmp_path / "m2.npz", "--C", 0.05,
               "--validation", files / "valid.parquet", "--early-stopping-rounds", 2)  # fmt: skip
     assert res.exit_code == 0 and "best epoch" in res.output and "kept" in res.output
+    assert "converged" not in res.output
+    assert (
+        f"stopped early: validation logloss not improved for 2 epochs after epoch "
+        f"{doc['best_iteration']}" in res.output
+    )
+    # the primal and dual shown are the kept epoch's, not the last one's
+    kept = doc["history"][doc["kept_epoch"] - 1]
+    assert f"{kept['primal']:.8g} (epoch {doc['kept_epoch']}, relative gap" in res.output
+    assert f"{kept['dual']:.8g} (epoch {doc['kept_epoch']}" in res.output
     res = run("train", files / "train.parquet", "--out", tmp_path / "m3.npz",
               "--early-stopping-rounds", 2)  # fmt: skip
     assert res.exit_code == 2 and "--early-stopping-rounds needs --validation" in res.output

@@ -82,6 +82,7 @@ class DaskLogisticRegression(LogisticRegression):
         checkpoint_every=1,
         early_stopping_rounds=None,
         validation_metric="logloss",
+        early_stopping_gap=1e-2,
     ):
         # stored verbatim, as scikit-learn's clone and get_params expect
         self.client = client
@@ -104,6 +105,7 @@ class DaskLogisticRegression(LogisticRegression):
         self.checkpoint_every = checkpoint_every
         self.early_stopping_rounds = early_stopping_rounds
         self.validation_metric = validation_metric
+        self.early_stopping_gap = early_stopping_gap
 
     def _client(self):
         if self.client is not None:
@@ -263,7 +265,7 @@ class DaskLogisticRegression(LogisticRegression):
                     else self.n_features_in_)  # fmt: skip
         est.history_ = [dict(h) for h in self.history_]
         est.feature_map_ = dict(featuremap.of_model(self))
-        for name in ("best_iteration_", "best_score_"):
+        for name in ("best_iteration_", "best_score_", "converged_", "stopped_early_"):
             if hasattr(self, name):
                 setattr(est, name, getattr(self, name))
         return est
