@@ -1,16 +1,22 @@
-"""Epochs to target vs rows in flight (tau), safe step vs plain, on the staleness emulator.
+"""Epochs to target vs rows in flight (tau), safe step vs plain vs hybrid, on the emulator.
 
     python bench/bench_tau.py [--rows 2048] [--c 0.01,0.1] [--taus 1,8,64,512,1024,16384]
-                              [--rules eso,cocoa,plain] [--sparse-only] [--out FILE.json]
+                              [--rules eso,cocoa,plain,hybrid] [--sparse-only] [--out FILE.json]
+                              [--hot-steps 128] [--p P] [--line on|keep] [--dual on|keep]
 
 Each cell runs ``snapfit.solvers.emulate.run``: epochs of waves of ``tau`` rows that read one
 ``w`` (the kernel with one block of ``tau`` teams) from ``alpha = 0`` until the relative duality
 gap is at most ``--tol``, on Criteo-like rows (13 dense integer fields, 26 hashed categoricals,
 an intercept). ``--sparse-only`` drops the integer fields and the intercept, to show what the
 dense columns cost. ``tau`` above the rows is capped at the rows, as the kernel caps it.
-Reported per cell: epochs, whether the target was met, the final primal's distance from the
-optimum (the plain step, one row at a time, run to a gap of 1e-13), the epochs whose dual fell
-below the previous one's, and seconds. Then the modeled GPU epoch at Criteo-day scale
+``hybrid`` is ``snapfit.solvers.hybrid.run``: hot columns out of the rows' steps, the ``alag``
+hot step between segments (``--hot-steps`` per epoch, ``--p``: the hot share, default
+``hybrid.hot_share(tau)``), ``--line``/``--dual``: ``hybrid_certify`` at the exact checks.
+Reported per cell: epochs, whether the target was met, the epochs to a relative gap of 1e-4
+and until the primal is within 1e-4 / 1e-6 of the optimum (the plain step, one row at a time,
+run to a gap of 1e-11; its own row is "sequential"), the final primal's distance from it, the
+epochs whose dual fell below the previous one's, the largest gap over its running minimum after
+epoch 3, and seconds. Then the modeled GPU epoch at Criteo-day scale
 (``gpu_epoch_model``; docs/gpu-performance-model.md).
 """
 
@@ -23,7 +29,7 @@ import time
 import numpy as np
 
 from snapfit.datasets.criteo_like import make_criteo_like
-from snapfit.solvers import cpu, emulate
+from snapfit.solvers import cpu, emulate, hybrid
 
 # Nominal device figures for the model (vendor data sheets; links as achieved in Snap ML's
 # V100 runs where measured: 11.8 GB/s PCIe Gen3, 68.1 GB/s NVLink 2).
@@ -54,39 +60,66 @@ def criteo_args(rows: int, hash_bits: int, sparse_only: bool):
     return args, sq, X.shape[1], bias
 
 
-def sweep(rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only):
+def sweep(rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid_kw=None):
     args, sq, d, bias = criteo_args(rows, hash_bits, sparse_only)
     cells = []
     for c in cs:
-        opt = emulate.run(args, sq, d, c, c, bias, 1, "plain", tol=1e-13, max_epochs=100_000)
+        t0 = time.perf_counter()
+        opt = emulate.run(args, sq, d, c, c, bias, 1, "plain", tol=1e-11, max_epochs=100_000)
+        cells.append(_cell(c, "sequential", 1, rows, opt, opt.primal, tol, t0))
+        print(_row(cells[-1]), flush=True)
         for rule in rules:
             for tau in taus:
-                if rule != "eso" and tau == 1:
+                if rule not in ("eso", "hybrid") and tau == 1:
                     continue  # every rule is the plain step with one row in flight
                 t0 = time.perf_counter()
                 cap = max_epochs if rule != "plain" else min(max_epochs, 200)
-                r = emulate.run(args, sq, d, c, c, bias, tau, rule, tol=tol, max_epochs=cap)
-                cells.append(
-                    {
-                        "C": c,
-                        "rule": rule,
-                        "tau": tau,
-                        "tau_eff": min(tau, rows),
-                        "epochs": r.epochs,
-                        "converged": r.converged,
-                        "rel_primal": (r.primal - opt.primal) / abs(opt.primal),
-                        "dual_drops": r.dual_drops(),
-                        "seconds": time.perf_counter() - t0,
-                    }
-                )
+                if rule == "hybrid":
+                    r = hybrid.run(
+                        args, sq, d, c, c, bias, tau, tol=tol, max_epochs=cap, **(hybrid_kw or {})
+                    )
+                else:
+                    r = emulate.run(args, sq, d, c, c, bias, tau, rule, tol=tol, max_epochs=cap)
+                cells.append(_cell(c, rule, tau, rows, r, opt.primal, tol, t0))
                 print(_row(cells[-1]), flush=True)
     return cells
 
 
+def _cell(c, rule, tau, rows, r, optimum, tol, t0):
+    cell = {
+        "C": c,
+        "rule": rule,
+        "tau": tau,
+        "tau_eff": min(tau, rows),
+        "epochs": r.epochs_to(tol) if r.converged else r.epochs,
+        "converged": r.converged,
+        "epochs_gap_1e-4": r.epochs_to(1e-4),
+        "epochs_primal_1e-4": r.epochs_to(1e-4, optimum),
+        "epochs_primal_1e-6": r.epochs_to(1e-6, optimum),
+        "rel_primal": (r.primal - optimum) / abs(optimum),
+        "dual_drops": r.dual_drops(),
+        "seconds": time.perf_counter() - t0,
+    }
+    if isinstance(r, hybrid.Trace):
+        cell.update(
+            n_hot=r.n_hot,
+            segments=r.segments,
+            rebound=r.worst_rebound(),
+            identity=max(r.identity),
+            hot_share=r.hot[-1] / max(r.gaps[-1], 1e-300),
+        )
+    return cell
+
+
 def _row(c) -> str:
+    def e(k):
+        return "-" if c[k] is None else str(c[k])
+
+    extra = f" {c['n_hot']} / {c['segments']} / {c['rebound']:.2g}" if "n_hot" in c else " -"
     return (
-        f"| {c['C']:g} | {c['rule']} | {c['tau']} ({c['tau_eff']}) | {c['epochs']} | "
-        f"{'yes' if c['converged'] else 'no'} | {c['rel_primal']:.1e} | {c['dual_drops']} |"
+        f"| {c['C']:g} | {c['rule']} | {c['tau']} ({c['tau_eff']}) | {e('epochs_gap_1e-4')} | "
+        f"{c['epochs']} | {'yes' if c['converged'] else 'no'} | {e('epochs_primal_1e-4')} / "
+        f"{e('epochs_primal_1e-6')} | {c['rel_primal']:.1e} | {c['dual_drops']} |{extra} |"
     )
 
 
@@ -111,13 +144,23 @@ def main(argv=None):
     ap.add_argument("--c", default="0.01,0.1")
     ap.add_argument("--taus", default="1,8,64,512,1024,16384")
     ap.add_argument("--rules", default="eso,cocoa,plain")
+    ap.add_argument("--hot-steps", type=int, default=hybrid.HOT_STEPS)
+    ap.add_argument("--p", type=float, default=None, help="hot share (default 10/tau)")
+    ap.add_argument("--line", choices=["off", "on", "keep"], default="off")
+    ap.add_argument("--dual", choices=["off", "on", "keep"], default="on")
     ap.add_argument("--tol", type=float, default=5e-7)
     ap.add_argument("--max-epochs", type=int, default=50_000)
     ap.add_argument("--sparse-only", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
-    print("| C | rule | tau (capped) | epochs | met tol | (P - P*)/P* | dual drops |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| C | rule | tau (capped) | epochs to gap 1e-4 | epochs to tol | met tol | "
+        "epochs to P* +1e-4 / +1e-6 | (P - P*)/P* | dual drops | hybrid: H / segments / "
+        "gap over its running min |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    flag = {"off": False, "on": True, "keep": "keep"}
+    hybrid_kw = {"hot_steps": a.hot_steps, "p": a.p, "line": flag[a.line], "dual": flag[a.dual]}
     cells = sweep(
         a.rows,
         a.hash_bits,
@@ -127,6 +170,7 @@ def main(argv=None):
         a.tol,
         a.max_epochs,
         a.sparse_only,
+        hybrid_kw,
     )
     model = {dev: gpu_epoch_model(device=dev) for dev in DEVICES}
     for dev, m in model.items():

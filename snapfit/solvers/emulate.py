@@ -17,7 +17,7 @@ docs/gpu-performance-model.md has the reasoning and the measurements).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -155,15 +155,25 @@ def curvature(rule, indptr, indices, values, has_values, sqnorm, rows, bias, tau
 @dataclass
 class Run:
     """What ``run`` saw: the exact dual after every epoch, the last primal, and whether the
-    duality gap met ``tol`` (relative to the primal) within the epochs allowed."""
+    duality gap met ``tol`` (relative to the primal) within the epochs allowed; ``primals``:
+    the primal after every epoch (epochs to a target are read from the two lists)."""
 
     duals: list[float]
     primal: float
     converged: bool
+    primals: list[float] = field(default_factory=list)
 
     @property
     def epochs(self) -> int:
         return len(self.duals)
+
+    def epochs_to(self, rtol: float, optimum: float | None = None) -> int | None:
+        """First epoch (1-based) whose relative gap, or with ``optimum`` whose relative primal
+        error ``(P - P*) / P*``, is at most ``rtol``; None if none was."""
+        p = np.asarray(self.primals)
+        err = p - (np.asarray(self.duals) if optimum is None else optimum)
+        hit = np.flatnonzero(err <= rtol * np.abs(p if optimum is None else optimum))
+        return int(hit[0]) + 1 if len(hit) else None
 
     def dual_drops(self, rtol: float = 1e-12) -> int:
         """Epochs whose dual fell below the previous one's (beyond ``rtol`` of it)."""
@@ -181,16 +191,17 @@ def run(args, sqnorm, n_features, c_pos, c_neg, bias, tau, rule, *, tol, max_epo
     rng = np.random.default_rng(seed)
     alpha, w = np.zeros(n), np.zeros(n_features + 1)
     curv = curvature(rule, *args[:4], sqnorm, np.arange(n), bias, tau, n_features)
-    duals: list[float] = []
-    primal = np.inf
+    out = Run([], np.inf, False)
     for epoch in range(max_epochs):
         rows = rng.permutation(n)
         _, ent = wave_pass(*args, c_pos, c_neg, bias, curv, alpha, w, rows, 1.0, tau, epoch)
         ww = cpu.squared_norm(w)
-        duals.append(-0.5 * ww - ent)
-        if not np.isfinite(duals[-1]):
+        out.duals.append(-0.5 * ww - ent)
+        if not np.isfinite(out.duals[-1]):
             break
-        primal = 0.5 * ww + cpu.chunk_objective(*args, c_pos, c_neg, bias, alpha, w)[0]
-        if primal - duals[-1] <= tol * abs(primal):
-            return Run(duals, primal, True)
-    return Run(duals, primal, False)
+        out.primal = 0.5 * ww + cpu.chunk_objective(*args, c_pos, c_neg, bias, alpha, w)[0]
+        out.primals.append(out.primal)
+        if out.primal - out.duals[-1] <= tol * abs(out.primal):
+            out.converged = True
+            break
+    return out
