@@ -15,9 +15,49 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
+from tests.alarm import alarm
+
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
-collect_ignore_glob = [] if SIMULATED else ["sim/*"]
+
+def _real_gpu() -> bool:
+    if SIMULATED:
+        return False
+    from snapfit.gpu import available
+
+    return available()
+
+
+#: A CUDA device is here (not the simulator): the hardware-capable files of ``sim/`` run on
+#: it, marked ``gpu`` (``pytest -m gpu``), and the simulator suite starts only when asked for
+#: (``SNAPFIT_SIM_SUITE=1``).
+REAL_GPU = _real_gpu()
+#: The files of ``sim/`` whose tests run on a real GPU too: the kernels against the CPU, the
+#: node trainer (units, residents, budgets, GPU + CPU, two units) and the composition matrix's
+#: local cells. The rest assert what only the simulator has (its launch, the stand-in CuPy,
+#: Dask workers); tests inside these files that do are marked ``sim_only``.
+ON_HARDWARE = ("test_kernels.py", "test_node.py", "test_matrix.py")
+#: Seconds a GPU test may run before it fails (``tests.alarm``): a hang is a failure.
+GPU_TEST_SECONDS = 300
+
+if SIMULATED:
+    collect_ignore_glob = []
+elif REAL_GPU:
+    collect_ignore_glob = [
+        f"sim/{f.name}" for f in (Path(__file__).parent / "sim").glob("*.py")
+        if f.name.startswith("test_") and f.name not in ON_HARDWARE
+    ]  # fmt: skip
+else:
+    collect_ignore_glob = ["sim/*"]
+
+
+def sim_suite_wanted() -> bool:
+    """Run ``sim/`` under the simulator in a subprocess: always without a GPU (CI), on a GPU
+    machine only with ``SNAPFIT_SIM_SUITE=1`` (it takes ~8 minutes of one core)."""
+    return not REAL_GPU or os.environ.get("SNAPFIT_SIM_SUITE", "0") not in ("", "0")
+
 
 SIM_TEST = "test_simulator.py::test_gpu_code_under_the_simulator"
 ROOT = Path(__file__).parents[2]
@@ -37,17 +77,37 @@ def start_sim_suite():
     return proc, out
 
 
+@pytest.hookimpl(tryfirst=True)  # marks added before `-m` deselects
 def pytest_collection_modifyitems(config, items):
-    """Wait for the simulator suite last: everything else runs meanwhile."""
+    """Wait for the simulator suite last: everything else runs meanwhile. On a real GPU, the
+    tests of ``sim/`` collected here are marked ``gpu`` and those marked ``sim_only`` skip."""
     waits = [item for item in items if item.nodeid.endswith(SIM_TEST)]
     items[:] = [item for item in items if item not in waits] + waits
+    if REAL_GPU:
+        for item in items:
+            if "/sim/" in item.nodeid.replace("\\", "/"):
+                item.add_marker(pytest.mark.gpu)
+                if item.get_closest_marker("sim_only"):
+                    item.add_marker(pytest.mark.skip(reason="asserts what only the simulator has"))
 
 
 def pytest_collection_finish(session):
-    """Start the simulator suite once the items are final (``-k`` or ``--deselect`` may have
-    dropped its test: then it does not run at all)."""
-    if not SIMULATED and any(item.nodeid.endswith(SIM_TEST) for item in session.items):
+    """Start the simulator suite once the items are final (``-k``, ``-m`` or ``--deselect``
+    may have dropped its test: then it does not run at all)."""
+    wanted = not SIMULATED and sim_suite_wanted()
+    if wanted and any(item.nodeid.endswith(SIM_TEST) for item in session.items):
         session.config.snapfit_sim = start_sim_suite()
+
+
+@pytest.fixture(autouse=True)
+def _gpu_time_limit(request):
+    """A test on a real GPU fails after ``GPU_TEST_SECONDS`` instead of hanging the run (host
+    waits poll, so the alarm is seen even while a kernel runs)."""
+    if REAL_GPU and request.node.get_closest_marker("gpu"):
+        with alarm(GPU_TEST_SECONDS, f"GPU test {request.node.name}"):
+            yield
+    else:
+        yield
 
 
 def pytest_sessionfinish(session):

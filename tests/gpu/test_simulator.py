@@ -6,12 +6,13 @@ import os
 
 import pytest
 
-from tests.gpu.conftest import start_sim_suite
+from tests.gpu.conftest import sim_suite_wanted, start_sim_suite
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
 @pytest.mark.skipif(SIMULATED, reason="this process already runs the sim tests directly")
+@pytest.mark.skipif(not sim_suite_wanted(), reason="a GPU is here: SNAPFIT_SIM_SUITE=1 asks")
 def test_gpu_code_under_the_simulator(request):
     started = getattr(request.config, "snapfit_sim", None)
     proc, out = started if started is not None else start_sim_suite()

@@ -119,6 +119,7 @@ def test_two_gpu_units(small):
     _assert_same_optimum(result, ref)
 
 
+@pytest.mark.sim_only
 def test_rebalancing_follows_measured_rates(small):
     X, y, w, problem, _ = small
     chunks = split_chunks(X, y, w, 8)
@@ -166,6 +167,7 @@ def test_budget_too_small_is_a_resource_error():
         check_budget(200, 100, 100, 2)
 
 
+@pytest.mark.sim_only
 def test_device_resolution_under_the_simulator(caplog):
     assert resolve_device("gpu") == "gpu"
     assert resolve_device("cpu") == "cpu"
