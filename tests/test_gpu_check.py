@@ -105,3 +105,32 @@ def test_test_counts_from_junit_xml(tmp_path):
     assert (c["passed"], c["failed"], c["skipped"], c["total"]) == (1, 1, 2, 4)
     assert c["failed_tests"] == ["tests.gpu.t::b"]
     assert junit_counts(str(tmp_path / "absent.xml")) is None
+
+
+def test_sizes_follow_the_budget_and_the_measured_kernel_rate():
+    from types import SimpleNamespace
+
+    from bench.gpu_check import FULL_ROWS, MIN_ROWS, PASSES, rows_for
+
+    full = SimpleNamespace(smoke=False, budget_s=420.0)
+    assert rows_for("product", full, 100.0, None) == (FULL_ROWS["product"], None)
+    half = SimpleNamespace(smoke=False, budget_s=210.0)
+    assert rows_for("kernel", half, 30.0, None)[0] == FULL_ROWS["kernel"] // 2
+    # a kernel 100x slower than modelled: fewer rows, and the report says why
+    rows, why = rows_for("convergence", full, 60.0, 2_000.0)
+    assert rows == MIN_ROWS and "rows/s" in why
+    rows, why = rows_for("product", full, 100.0, 1e6)
+    assert rows == int(1e6 * 100.0 / PASSES["product"]) and why
+    assert rows_for("env", full, 20.0, 1e6) == (0, None)
+
+
+def test_a_command_past_its_limit_is_stopped_and_reported(tmp_path):
+    import time
+
+    from bench.gpu_check import run_limited
+
+    t = time.perf_counter()
+    rc, timed_out = run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 1,
+                                str(tmp_path / "log"), dict(os.environ))  # fmt: skip
+    assert timed_out and time.perf_counter() - t < 30
+    assert "time limit 1 s" in (tmp_path / "log").read_text()
