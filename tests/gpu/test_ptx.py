@@ -34,3 +34,14 @@ def test_numpy_aliases_numba_cuda_names_are_put_back(monkeypatch):
     monkeypatch.delattr(np, "row_stack", raising=False)
     assert gpu.restore_numpy_aliases() == ["row_stack"]
     assert np.row_stack is np.vstack
+
+
+@pytest.mark.skipif(SIMULATED, reason="the simulator's device has no driver attributes")
+def test_the_launch_reads_attributes_the_driver_has():
+    """numba-cuda's ``Device.<NAME>`` asks for ``CU_DEVICE_ATTRIBUTE_<NAME>``: each attribute
+    the launch rule reads exists in the CUDA bindings (a misspelt one fell back silently)."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from snapfit.gpu.launch import ATTRIBUTES
+
+    for name in ATTRIBUTES.values():
+        assert hasattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), name
