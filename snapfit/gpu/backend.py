@@ -39,7 +39,7 @@ class Stream:
     it (``launch``); the same object for numba. ``marker`` is an event of the backend's, recorded
     to wait for the stream with a deadline (CUDA's own stream sync has none)."""
 
-    def __init__(self, native, launch, marker=None):
+    def __init__(self, native, launch, marker):
         self.native = native
         self.launch = launch
         self.marker = marker
@@ -47,9 +47,6 @@ class Stream:
     def synchronize(self, what: str = "a CUDA stream") -> None:
         """Wait for the work enqueued so far; ``StallError`` naming ``what`` past the stall
         timeout (``snapfit.engine.waits``)."""
-        if self.marker is None:
-            self.native.synchronize()
-            return
         self.marker.record(self)
         self.marker.synchronize(what)
 

@@ -215,3 +215,15 @@ def test_a_unit_thread_that_never_returns_is_a_stall_error(small, monkeypatch):
     finally:
         release.set()
         tr.close()
+
+
+def test_numba_events_are_asked_whether_they_completed():
+    """A real numba event has ``query()`` (``cuEventQuery``), polled against the deadline; the
+    simulator's has none and its work completed at launch."""
+    from snapfit.gpu.backend import _NumbaEvent
+
+    calls = []
+    real = SimpleNamespace(query=lambda: calls.append(1) or len(calls) > 2)
+    _NumbaEvent(real).synchronize("three queries")
+    assert len(calls) == 3
+    assert _NumbaEvent(SimpleNamespace(synchronize=lambda: None)).done() is None
