@@ -14,6 +14,27 @@ import click
 from snapfit import __version__
 from snapfit.errors import SnapfitError
 
+#: The library's advice names Python arguments; the command line's names its flags.
+CLI_WORDS = (
+    (" (force=True)", ""),
+    (" (skip_bad_rows=N)", ""),
+    ("pass require_labels=False to read it for prediction", "`snapfit predict` scores it"),
+    ("pass n_features=... or re-write it with snapfit", "re-write it with `snapfit convert`"),
+    ("pass zero_based=True or 'auto'", "pass --zero-based yes or auto"),
+    ("raise n_features", "raise --n-features"),
+    ("a smaller chunk_rows", "a smaller --chunk-rows"),
+    ("memory_budget of", "--memory-budget of"),
+    ("continue with resume=True", "continue with --resume"),
+    ("use deterministic=True (CoCoA+ threads)", "use --deterministic (CoCoA+ threads)"),
+)
+
+
+def speak_cli(message: str) -> str:
+    """A library error's message with the command line's flags in place of arguments."""
+    for python, flag in CLI_WORDS:
+        message = message.replace(python, flag)
+    return message
+
 
 class _Group(click.Group):
     """Turns library errors into one line and an exit code, as datasette's CLI does."""
@@ -27,7 +48,7 @@ class _Group(click.Group):
         except SnapfitError as e:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {speak_cli(str(e))}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)

@@ -25,10 +25,20 @@ class ByteSize(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+def _json_path(ctx, param, value):
+    """An unwritable --json FILE is refused before any work, not after a long fit."""
+    if value and value != "-":
+        from snapfit.data.writer import check_writable
+
+        check_writable(value)
+    return value
+
+
 JSON = click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, allow_dash=True),
+    callback=_json_path,
     metavar="FILE",
     help="Also write the result as JSON to FILE ('-' for stdout); FILE is overwritten.",
 )
@@ -61,10 +71,19 @@ GPUS = click.option(
     help="GPUs to train on, e.g. 0,1 (one unit each; implies --device gpu). On Dask workers: "
     "the ids each worker uses (default 0, the GPU dask-cuda gives it).",
 )
+
+
+def _n_jobs(ctx, param, value):
+    if value == 0:
+        raise click.BadParameter("0 threads cannot train; give N >= 1, or -1 for all cores.")
+    return value
+
+
 N_JOBS = click.option(
     "--n-jobs",
     type=int,
     default=None,
+    callback=_n_jobs,
     metavar="N",
     help="Host threads (-1: all cores); each GPU drives one, the others train on the CPU.",
 )
@@ -79,11 +98,19 @@ FORCE = click.option("--force", is_flag=True, help="Overwrite the output file if
 
 
 class PathOrURL(click.Path):
-    """An existing local path, or a URL (``s3://``, ``gs://``, ``hdfs://``, ``file://``, any
-    fsspec protocol) that is checked when it is read."""
+    """An existing local path, a glob matching files (``'day_*.parquet'``, quoted), or a URL
+    (``s3://``, ``gs://``, ``hdfs://``, ``file://``, any fsspec protocol) that is checked when
+    it is read: what ``snapfit.data.resolve_files`` takes, for every command."""
 
     def convert(self, value, param, ctx):
+        import glob
+        import os
+
         if isinstance(value, str) and "://" in value:
+            return value
+        if isinstance(value, str) and glob.has_magic(value) and not os.path.exists(value):
+            if not glob.glob(value):
+                self.fail(f"{value!r} matches no files.", param, ctx)
             return value
         return super().convert(value, param, ctx)
 

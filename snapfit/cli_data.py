@@ -58,7 +58,7 @@ _TABLE_OPTIONS = (
     "cross",
     "numeric_transform",
 )
-_OTHER_OPTIONS = ("skip_bad_rows", "zero_based")
+_OTHER_OPTIONS = ("skip_bad_rows", "zero_based", "n_features")
 
 
 def _check_format_options(ctx: click.Context, fmt: str | None, table: dict) -> None:
@@ -121,7 +121,7 @@ def _feature_map_line(path: str) -> str:
 def _summary(report, seconds: float) -> str:
     return (
         f"Wrote {report.output}: {report.rows} rows, {report.nnz} nnz, "
-        f"{report.row_groups} row groups in {seconds:.1f} s."
+        f"{report.row_groups} row group{'' if report.row_groups == 1 else 's'} in {seconds:.1f} s."
     )
 
 
@@ -151,6 +151,14 @@ def _summary(report, seconds: float) -> str:
     default="auto",
     show_default=True,
     help="svmlight: index base ('auto' as scikit-learn: one-based unless an index is 0).",
+)
+@click.option(
+    "--n-features",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="svmlight: the feature-space width (default: the largest index + 1); give a test "
+    "file the training file's width (a9a.t's largest index is one short of a9a's).",
 )
 @click.option("--label", metavar="NAME", help="table: the label column (0/1, -1/+1 or true/false).")
 @click.option("--unlabelled", is_flag=True, help="table: no label column (data to score).")
@@ -186,7 +194,7 @@ def _summary(report, seconds: float) -> str:
 @click.pass_context
 def convert(
     ctx, input, output, fmt, hash_bits, row_group_rows, force, skip_bad_rows, zero_based,
-    json_path, **table,
+    n_features, json_path, **table,
 ):  # fmt: skip
     """Convert INPUT (Criteo TSV plain or .gz, svmlight, Parquet to re-check and re-chunk, or
     with --format table the named columns of a Parquet or CSV table) to a snapfit Parquet file
@@ -199,6 +207,13 @@ def convert(
     from snapfit.datasets import convert as run
 
     _check_format_options(ctx, fmt, table)
+    if n_features is not None:
+        from snapfit.datasets.convert import detect_format
+
+        if (fmt or detect_format(input)) != "svmlight":
+            raise click.UsageError(
+                "--n-features: for svmlight input only (Criteo and tables take --hash-bits).", ctx
+            )
     options = {}
     if fmt == "table":
         options = dict(
@@ -219,6 +234,7 @@ def convert(
         force=force,
         skip_bad_rows=skip_bad_rows,
         zero_based={"auto": "auto", "yes": True, "no": False}[zero_based],
+        n_features=n_features,
         **options,
     )
     seconds = time.perf_counter() - start

@@ -79,7 +79,7 @@ class Progress:
             desc="train",
             bar_format="{desc}: epoch {n_fmt}/{total_fmt} [{elapsed}]{postfix}",
             file=sys.stderr,
-            disable=quiet,
+            disable=quiet or not sys.stderr.isatty(),  # no `\r` lines in logs and pipes
             dynamic_ncols=True,
         )
         self.gaps: list[tuple[float, float]] = []  # (cumulative seconds, rel_gap)
@@ -94,7 +94,7 @@ class Progress:
         epochs_left = self.max_iter - len(self.gaps)
         per_epoch = t1 / len(self.gaps)
         cap = epochs_left * per_epoch
-        if t1 <= t0 or g1 >= g0:
+        if t1 <= t0 or g1 >= g0 or self.tol <= 0:  # tol 0: only max_iter ends the fit
             return f"<{cap:.0f}s"
         rate = (math.log(g0) - math.log(g1)) / (t1 - t0)
         return f"~{min(math.log(g1 / self.tol) / rate, cap):.0f}s"

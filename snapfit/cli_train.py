@@ -7,6 +7,7 @@ draws the curves. This module turns options into calls and results into text.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -34,6 +35,10 @@ from snapfit.cli_format import (
     train_summary,
     write_json,
 )
+from snapfit.errors import ResourceError
+
+#: Seconds to wait for a Dask scheduler named by --scheduler (distributed's default is 30-60).
+CONNECT_TIMEOUT_S = 10.0
 
 
 # -- shared options (mlflow's cli_args layout) ----------------------------------------------
@@ -55,7 +60,19 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     from snapfit.dask import DaskLogisticRegression, cluster_client
 
     gpu = est.device == "gpu"
-    with cluster_client(scheduler=scheduler, n_workers=workers, gpu=gpu) as client:
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(cluster_client(
+                scheduler=scheduler, n_workers=workers, gpu=gpu,
+                timeout=CONNECT_TIMEOUT_S if scheduler else 60.0,
+            ))  # fmt: skip
+        except OSError as e:  # distributed's connect timeout is an OSError too
+            if not scheduler:
+                raise
+            raise ResourceError(
+                f"{scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT_S:g} s "
+                f"({type(e).__name__}); check the address and that a scheduler runs there."
+            ) from None
         dask_est = DaskLogisticRegression(client=client, **est.get_params())
         dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None), validation=validation)
         return dask_est.to_local()
@@ -180,9 +197,8 @@ def train(
     it to MODEL."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from snapfit import LogisticRegression
+    from snapfit import LogisticRegression, featuremap
     from snapfit.data import Dataset, check_output
-    from snapfit.errors import DataError
     from snapfit.scoring import evaluate, open_for
 
     if resume and not checkpoint_dir:
@@ -217,11 +233,14 @@ def train(
         est.set_params(checkpoint_dir=checkpoint_dir)
     train_data = Dataset(data)  # fail on a bad file before any work, with its name
     test_data = Dataset(test) if test else None
-    if test_data is not None and test_data.n_features != train_data.n_features:
-        raise DataError(
-            f"{test}: has n_features {test_data.n_features} but {data} has "
-            f"{train_data.n_features}; convert both with the same hash bits."
-        )
+    # Every input converted the way the training data was, checked before the first epoch by
+    # the rule of every scorer (`evaluate`, `predict`).
+    train_map = featuremap.of_data(train_data)
+    for path, role in ((test, "test"), (validation, "validation")):
+        if path:
+            other = test_data if role == "test" else Dataset(path)
+            featuremap.check(train_map, featuremap.of_data(other), f"{path} ({role})",
+                             "the training data")  # fmt: skip
     progress = Progress(max_iter=max_iter, tol=tol, quiet=quiet)
     history: list[dict] = []
 

@@ -64,6 +64,26 @@ def _on_device(x) -> bool:
     return _interop().is_device_input(x)
 
 
+def _check_class_weight(class_weight, classes) -> None:
+    """scikit-learn's rule (``compute_class_weight``): a dict that leaves a class of y out
+    and names a class y does not have is a mistake (a typo, or the wrong labels)."""
+    if not isinstance(class_weight, dict):
+        return
+    keys = []
+    for c in classes:
+        try:
+            keys.append(int(c))
+        except (TypeError, ValueError):  # string classes
+            keys.append(str(c))
+    left_out = [c for c in keys if c not in class_weight]
+    if left_out and len(keys) - len(left_out) != len(class_weight):
+        unknown = [k for k in class_weight if k not in keys]
+        raise ValueError(
+            f"The classes, {left_out}, are not in class_weight: it names {unknown}, which y "
+            f"does not have (classes {keys}); key class_weight by the labels of y."
+        )
+
+
 class LogisticRegression(ClassifierMixin, BaseEstimator):
     """L2-regularized logistic regression by dual coordinate descent, in memory or out of core.
 
@@ -355,6 +375,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def _class_bounds(self, counts) -> tuple[float, float]:
         """``(C-, C+)``: ``C`` times each class's weight (``classes_[1]`` is the positive
         class); "balanced" from the (weighted) label counts ``(n_neg, n_pos)``."""
+        _check_class_weight(self.class_weight, self.classes_)
         return class_bounds(self.C, self.class_weight, self.classes_, counts)
 
     def _problem(self, n_features: int, c_neg: float, c_pos: float, seed: int, bias: float):
@@ -402,7 +423,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             return None
         from snapfit.validation import EarlyStopping, validation_data
 
-        data = validation_data(validation, self.classes_, d)
+        data = validation_data(validation, self.classes_, d, getattr(self, "feature_map_", None))
         return EarlyStopping(data, metric=self.validation_metric, n_features=d, bias=bias,
                              rounds=self.early_stopping_rounds, gap=self.early_stopping_gap,
                              tol=self.tol)  # fmt: skip

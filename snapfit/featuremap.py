@@ -46,24 +46,50 @@ def describe(m: dict) -> str:
     return ", ".join(f"{k} {m[k]}" for k in (*KEYS, "n_features") if k in m)
 
 
-def check(model: dict, data: dict, where: str) -> None:
+def differences(a: dict, b: dict) -> list[str]:
+    """The provenance keys on which maps ``a`` and ``b`` differ (none when either is unknown:
+    arrays, Tables, foreign files)."""
+    if "format" not in a or "format" not in b:
+        return []
+    out = []
+    for k in KEYS:
+        mine, theirs = a.get(k), b.get(k)
+        if k == "format":
+            mine, theirs = _SAME.get(mine, mine), _SAME.get(theirs, theirs)
+        if mine != theirs:
+            out.append(k)
+    return out
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def name_differences(keys: list[str], here: dict, there: dict, there_name: str) -> str:
+    """``crosses ['a^b'] here but ['a^b', 'c^d'] in the model; hash_bits ...``: the fields
+    that differ only, each value cut to a readable length."""
+    return "; ".join(
+        f"{k} {_short(here.get(k))} here but {_short(there.get(k))} in {there_name}" for k in keys
+    )
+
+
+def check(model: dict, data: dict, where: str, against: str = "the model") -> None:
     """Raise a one-line :class:`DataError` when data with map ``data`` (named ``where``) cannot
-    be scored by a model with map ``model``."""
+    be scored by a model with map ``model`` (named ``against``): the one rule of every scorer
+    and of the test and validation data of a fit."""
+    keys = differences(model, data)
+    if keys:
+        raise DataError(
+            f"{where}: converted another way than {against}: "
+            f"{name_differences(keys, data, model, against)}; convert it the way the "
+            "training data was converted."
+        )
     known = "format" in model and "format" in data
-    if known:
-        for k in KEYS:
-            mine, theirs = model.get(k), data.get(k)
-            if k == "format":
-                mine, theirs = _SAME.get(mine, mine), _SAME.get(theirs, theirs)
-            if mine != theirs:
-                raise DataError(
-                    f"{where}: its {k} is {theirs!r} but the model's is {mine!r} (model: "
-                    f"{describe(model)}; data: {describe(data)}); convert the data the way the "
-                    "training data was converted."
-                )
     n, d = data["n_features"], model["n_features"]
     if n > d or (known and "hash_bits" in model and n != d):
+        trained = "the model was trained with" if against == "the model" else f"{against} has"
         raise DataError(
-            f"{where}: has n_features {n} but the model was trained with {d} (model: "
-            f"{describe(model)}); convert the data with the same hash bits as the training data."
+            f"{where}: has n_features {n} but {trained} {d}; convert the data with the same "
+            "hash bits (or --n-features) as the training data."
         )

@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 
+from snapfit.data.writer import publish
 from snapfit.errors import DataError
 
 FORMAT = "snapfit.model"
@@ -37,7 +38,7 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: di
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, __header__=blob, **arrays)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

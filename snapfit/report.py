@@ -2,7 +2,8 @@
 
 Input is a training history (``LogisticRegression.history_`` or the ``history`` of
 ``snapfit train --json``): one dict per epoch with ``seconds`` (that epoch's time), ``primal``,
-``rel_gap``, ``exact`` and, when a test set was given, ``test_logloss``. Matplotlib runs on the
+``rel_gap``, ``exact`` and, when held-out data was given, ``test_logloss`` and
+``validation_<metric>``. Matplotlib runs on the
 Agg backend, so no display is needed.
 """
 
@@ -46,6 +47,13 @@ def _series(history: list[dict], key: str):
     return t, v
 
 
+def held_out_curves(history: list[dict]) -> list[str]:
+    """The held-out series of ``history`` the third panel draws: test log loss (``--test``)
+    and the validation metric an early-stopped run watched (``--validation``)."""
+    keys = ("test_logloss", "validation_logloss", "validation_auc")
+    return [k for k in keys if any(h.get(k) is not None for h in history)]
+
+
 def plot_history(
     history: list[dict], out, *, tol: float | None = None, title: str = "", fmt: str = "png"
 ) -> None:
@@ -80,19 +88,23 @@ def plot_history(
     ax.set(title="relative duality gap", xlabel="seconds", ylabel="(P - D) / |P|")
     ax.legend(fontsize=8, loc="upper right")
 
-    t, test = _series(history, "test_logloss")
     ax = axes[2]
-    if np.isfinite(test).any():
-        ax.plot(t, test, "-o", ms=3, color="C2")
-        best = int(np.nanargmin(test))
-        ax.annotate(
-            f"{test[best]:.4f}", (t[best], test[best]), textcoords="offset points",
+    curves = held_out_curves(history)
+    for i, key in enumerate(curves):
+        t, v = _series(history, key)
+        on = ax.twinx() if key.endswith("auc") and len(curves) > 1 else ax
+        on.plot(t, v, "-o", ms=3, color=f"C{2 + i}", label=key.replace("_", " "))
+        best = int(np.nanargmax(v) if key.endswith("auc") else np.nanargmin(v))
+        on.annotate(
+            f"{v[best]:.4f}", (t[best], v[best]), textcoords="offset points",
             xytext=(0, 8), ha="center", fontsize=8,
         )  # fmt: skip
+    if curves:
+        ax.legend(fontsize=8, loc="upper right")
     else:
-        ax.text(0.5, 0.5, "no test set\n(train with --test)", ha="center", va="center",
-                transform=ax.transAxes, color="grey")  # fmt: skip
-    ax.set(title="test log loss", xlabel="seconds", ylabel="log loss")
+        ax.text(0.5, 0.5, "no held-out data\n(train with --test or --validation)", ha="center",
+                va="center", transform=ax.transAxes, color="grey")  # fmt: skip
+    ax.set(title="held-out data", xlabel="seconds", ylabel="metric")
     for ax in axes:
         ax.grid(alpha=0.3)
     if title:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from snapfit.errors import DataError
-
 METRICS = ("logloss", "auc")
 DEFAULT_GAP = 1e-2  # the relative gap an epoch must reach to be kept (see the module)
 
@@ -125,19 +123,19 @@ class EarlyStopping:
             h[f"validation_{self.metric}"] = s
 
 
-def validation_data(validation, classes, n_features: int):
+def validation_data(validation, classes, n_features: int, feature_map: dict | None = None):
     """What ``fit(validation=...)`` accepts, ready for :class:`EarlyStopping`: Parquet paths,
     globs or a Table (labels inside), or ``(X, y)`` / ``(X, y, sample_weight)`` arrays whose
-    labels are the training classes."""
+    labels are the training classes. Parquet converted another way than the training data
+    (``feature_map``) is refused before the first epoch, by the rule every scorer uses."""
+    from snapfit import featuremap
     from snapfit.inputs import as_dataset
 
     data = as_dataset(validation)
     if data is not None:
-        if data.n_features > n_features:
-            raise DataError(
-                f"{data.source}: validation data has n_features {data.n_features} but the "
-                f"training data has {n_features}; convert both the same way."
-            )
+        train_map = feature_map or featuremap.of_width(n_features)
+        featuremap.check(train_map, featuremap.of_data(data), f"{data.source} (validation)",
+                         "the training data")  # fmt: skip
         return data
     if not isinstance(validation, tuple) or len(validation) not in (2, 3):
         raise TypeError(

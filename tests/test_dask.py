@@ -209,7 +209,7 @@ def test_criteo_like_two_workers_reach_the_single_process_optimum(
     assert est.to_local().feature_map_ == ref.feature_map_
     other = os.path.join(os.path.dirname(criteo), "bits15.parquet")
     make_criteo_like_parquet(other, 100, seed=1, hash_bits=15, force=True)
-    with pytest.raises(DataError, match="its hash_bits is 15 but the model's is 16"):
+    with pytest.raises(DataError, match="hash_bits 15 here but 16 in the model"):
         est.predict_proba(other)
 
 

@@ -190,6 +190,21 @@ def decode_table(
     return Chunk(indptr, indices, values, y, weight)
 
 
+def _check_same_conversion(first: str, first_kv: dict, file: str, kv: dict) -> None:
+    """Refuse a dataset whose files were converted different ways (a model records one map:
+    rows hashed another way would be learned as if they meant the same features)."""
+    from snapfit import featuremap
+
+    keys = featuremap.differences(first_kv, kv)
+    if keys:
+        raise DataError(
+            f"{file}: converted another way than {first}: "
+            f"{featuremap.name_differences(keys, kv, first_kv, os.path.basename(first))}; "
+            "the files of one dataset must be converted the same way: re-convert it, or list "
+            "only the files of one conversion."
+        )
+
+
 class Dataset:
     """Parquet CSR dataset: chunks (= row groups) planned from metadata, read on demand.
 
@@ -244,7 +259,9 @@ class Dataset:
             schema = pf.schema_arrow
             _check_schema(file, schema)
             kv = decode_metadata(pf.metadata.metadata)
-            self.metadata = self.metadata or kv
+            if not self.metadata:
+                self.metadata, meta_file = kv, file
+            _check_same_conversion(meta_file, self.metadata, file, kv)
             if KEY_N_FEATURES.removeprefix("snapfit.") in kv:
                 found_nf[file] = int(kv["n_features"])
             elif n_features is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -28,7 +29,7 @@ from snapfit.data.schema import (
     arrow_schema,
     encode_metadata,
 )
-from snapfit.errors import DataError
+from snapfit.errors import DataError, ResourceError
 
 #: Parquet writer options chosen by ``bench/bench_data.py`` (see docs/data-format.md): lz4 keeps
 #: files ~2x smaller than none at nearly the same decode speed; dictionary pages do not pay off
@@ -56,7 +57,36 @@ def check_output(output, inputs=(), *, force: bool = False) -> str:
         raise DataError(f"{out}: directory {parent} does not exist; create it first.")
     if os.path.exists(out) and not force:
         raise DataError(f"{out}: already exists; pass --force (force=True) to overwrite it.")
+    check_writable(out)
     return out
+
+
+def check_writable(output) -> None:
+    """Refuse, before any work, an output whose directory cannot take a new file (read-only,
+    no permission, a pseudo file system): the writers' temporary file is made there."""
+    out = os.fspath(output)
+    directory = os.path.dirname(os.path.abspath(out))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".snapfit-probe-", dir=directory)
+    except OSError as e:
+        raise ResourceError(
+            f"{out}: cannot write in {directory} ({e.strerror}); choose a writable directory."
+        ) from None
+    os.close(fd)
+    os.remove(probe)
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def publish(tmp: str, out: str) -> None:
+    """Give ``tmp`` the permissions a plain ``open(out, "w")`` would (0666 less the umask; a
+    temporary file is made 0600) and rename it to ``out``."""
+    with _UMASK_LOCK:  # reading the umask means setting it: briefly, under a lock
+        mask = os.umask(0o022)
+        os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)
+    os.replace(tmp, out)
 
 
 @contextmanager
@@ -73,7 +103,7 @@ def atomic_output(output):
     os.close(fd)
     try:
         yield tmp
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)

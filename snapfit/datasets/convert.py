@@ -109,17 +109,22 @@ def convert(
     force: bool = False,
     skip_bad_rows: int = 0,
     zero_based: bool | str = "auto",
+    n_features: int | None = None,
     **table,
 ) -> ConvertReport:
     """Convert Criteo TSV, svmlight, Parquet or a table of named columns to snapfit Parquet (see
     the per-format functions).
 
-    ``hash_bits`` applies to Criteo and tables, ``skip_bad_rows`` to Criteo, ``zero_based`` to
-    svmlight; ``table`` holds :func:`convert_table`'s options (``label`` is required) and needs
-    ``format="table"``: a table is never detected, its label column must be named.
+    ``hash_bits`` applies to Criteo and tables, ``skip_bad_rows`` to Criteo, ``zero_based`` and
+    ``n_features`` (the width of the training data, for a test file whose largest index is
+    smaller) to svmlight; ``table`` holds :func:`convert_table`'s options (``label`` is
+    required) and needs ``format="table"``: a table is never detected, its label column must be
+    named.
     """
     fmt = format or detect_format(input)
     extra = {} if row_group_rows is None else {"row_group_rows": row_group_rows}
+    if n_features is not None and fmt != "svmlight":
+        raise ValueError(f"n_features applies to format 'svmlight' only, not {fmt!r}.")
     if table and fmt != "table":
         raise ValueError(f"{', '.join(table)} apply to format 'table' only, not {fmt!r}.")
     if fmt == "table":
@@ -131,7 +136,8 @@ def convert(
             input, output, hash_bits=hash_bits, force=force, skip_bad_rows=skip_bad_rows, **extra
         )
     if fmt == "svmlight":
-        return convert_svmlight(input, output, zero_based=zero_based, force=force, **extra)
+        return convert_svmlight(input, output, zero_based=zero_based, n_features=n_features,
+                                force=force, **extra)  # fmt: skip
     if fmt == "parquet":
         return convert_parquet(input, output, force=force, **extra)
     raise ValueError(f"format is {fmt!r}; choose one of {', '.join(FORMATS)}.")

@@ -82,6 +82,21 @@ def _labels(path, first_line: int, block: bytes, y: np.ndarray) -> np.ndarray:
     )
 
 
+def _check_finite(path, first_line: int, block: bytes, X) -> None:
+    """Refuse nan and inf values here, naming the line (a fit would refuse them later, with
+    only a row group to go on)."""
+    bad = ~np.isfinite(X.data)
+    if not bad.any():
+        return
+    pos = int(np.flatnonzero(bad)[0])
+    row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
+    line = first_line + _row_line(block, row)
+    raise DataError(
+        f"{path}, line {line}: feature {X.indices[pos]} has value {X.data[pos]}; snapfit needs "
+        "finite values, fix or drop the line."
+    )
+
+
 def _row_line(block: bytes, row: int) -> int:
     """Offset (in lines) of data row ``row`` inside a block."""
     seen = -1
@@ -158,6 +173,7 @@ def convert_svmlight(
                     lo = int(ind.min()) if lo is None else min(lo, int(ind.min()))
                     hi = max(hi, int(ind.max()))
                 labels = _labels(path, first_line, block, y)
+                _check_finite(path, first_line, block, X)
                 writer.append(X.indptr, ind.astype(np.int32), X.data, labels)
             one_based = zero_based == "auto" and lo is not None and lo > 0
             width = hi + 1 - one_based if n_features is None else n_features

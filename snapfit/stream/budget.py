@@ -118,13 +118,20 @@ class BudgetPlan:
     ingest: int = 0  # per first-pass reader
 
     def describe(self) -> str:
-        mb = 1e6
         return (
-            f"budget {self.budget / mb:.0f} MB = w views {self.fixed / mb:.0f} MB + read buffers "
-            f"{self.n_buffers} x {self.pool / self.n_buffers / mb:.1f} MB + dual "
-            f"{self.dual / mb:.0f} MB{' (spilled to disk)' if self.spill_dual else ''} + "
-            f"resident up to {self.resident / mb:.0f} MB (minimum {self.minimum / mb:.0f} MB)"
+            f"budget {size(self.budget)} = w views {size(self.fixed)} + read buffers "
+            f"{self.n_buffers} x {size(self.pool / self.n_buffers)} + dual "
+            f"{size(self.dual)}{' (spilled to disk)' if self.spill_dual else ''} + "
+            f"resident up to {size(self.resident)} (minimum {size(self.minimum)})"
         )
+
+
+def size(nbytes: float) -> str:
+    """``812 B``, ``35.2 kB``, ``1.5 MB``, ``2.1 GB``: a size in a message, never ``0.0 MB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def buffers_wanted(n_jobs: int) -> int:
@@ -164,18 +171,18 @@ def plan_budget(
     slot = max(1, max_chunk_bytes)
     minimum = max(fixed + 2 * slot + resident_min, ingest_bytes)
     if budget < minimum:
-        window = f" + {resident_min / 1e6:.1f} MB of decoded row groups" if resident_min else ""
+        window = f" + {size(resident_min)} of decoded row groups" if resident_min else ""
         training = (
-            f"{fixed / 1e6:.1f} MB of w views for {n_jobs} thread(s) x {n_features} features + "
-            f"2 read buffers of {slot / 1e6:.1f} MB, the largest chunk{window}"
+            f"{size(fixed)} of w views for {n_jobs} thread(s) x {n_features} features + "
+            f"2 read buffers of {size(slot)}, the largest chunk{window}"
         )
         if ingest_bytes > fixed + 2 * slot + resident_min:
-            why = f"the first pass decodes a batch of {ingest_bytes / 1e6:.1f} MB; training needs "
+            why = f"the first pass decodes a batch of {size(ingest_bytes)}; training needs "
             why += training
         else:
             why = training
         raise ResourceError(
-            f"memory_budget of {budget / 1e6:.1f} MB is too small: the minimum here is "
+            f"memory_budget of {size(budget)} is too small: the minimum here is "
             f"{math.ceil(minimum / 1e5) / 10:.1f} MB ({why}). Raise the budget or pass a smaller "
             "chunk_rows."
         )
