@@ -298,13 +298,32 @@ def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force, j
     help="Describe this machine's GPUs instead: properties, default launch, backend.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def info(path, devices, as_json):
-    """Summarize a snapfit Parquet dataset (file, directory or glob) from its metadata, or
-    with --device the GPUs snapfit would train on."""
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    metavar="K",
+    help="For a model: the K largest weights by magnitude (feature index and weight).",
+)
+def info(path, devices, as_json, top):
+    """Summarize a snapfit Parquet dataset (file, directory or glob) from its metadata, a
+    model file written by `snapfit train`, or with --device the GPUs snapfit would train on."""
     if devices or path is None:
         if path is not None or not devices:
-            raise click.UsageError("Give a dataset PATH, or --device (not both).")
+            raise click.UsageError("Give a dataset or model PATH, or --device (not both).")
         return _device_info(as_json)
+    from snapfit.model import is_model_file
+
+    if is_model_file(path):
+        from snapfit.cli_format import model_lines
+        from snapfit.model import model_info
+
+        summary = model_info(path, top=top)
+        click.echo(
+            json.dumps(summary, indent=2, sort_keys=True) if as_json else model_lines(summary)
+        )
+        return
     from snapfit.data.info import dataset_info
 
     summary = dataset_info(path)

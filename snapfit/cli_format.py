@@ -155,6 +155,7 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
         *_best_rows(est),
         ("dual", f"{rec['dual']:.8g}{of}"),
         ("train rows", f"{data.n_rows} ({data.nnz} nnz, {data.n_features} features)"),
+        *_read_rows(est),
         (
             "fit time",
             f"{fit_seconds:.2f} s ({si(data.n_rows * per_s)} rows/s, {si(data.nnz * per_s)} nnz/s)",
@@ -164,6 +165,18 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
         rows += metric_rows(metrics, "test ")
     rows.append(("model", out))
     return table(rows)
+
+
+def _read_rows(est) -> list[tuple[str, str]]:
+    """How the fit read its data: in memory, or streamed and from which cache."""
+    streamed = getattr(est, "streamed_", None)
+    if streamed is None:  # a Dask fit: each worker decides for its share
+        return []
+    if not streamed:
+        return [("data", "in memory")]
+    fmt = est.cache_format_
+    how = f"a {fmt} cache" if fmt else "no cache, Parquet decoded every epoch"
+    return [("data", f"streamed under the memory budget ({how})")]
 
 
 def _best_rows(est) -> list[tuple[str, str]]:
@@ -185,3 +198,38 @@ def extra_of(h: dict, history: list[dict]) -> dict:
 
 
 # -- predict, evaluate, report ----------------------------------------------------------------
+
+
+def model_lines(m: dict) -> str:
+    """``snapfit info MODEL``'s text from :func:`snapfit.model.model_info`."""
+    from snapfit.featuremap import describe
+
+    p = m["params"]
+    if m["stopped_early"]:
+        ended = f"stopped early, epoch {m['best_iteration']} kept"
+    elif m["converged"] is None:
+        ended = "not recorded (a model saved before snapfit said)"
+    else:
+        ended = "converged" if m["converged"] else "NOT converged (max_iter reached)"
+    gap = "" if m["rel_gap"] is None else f", relative gap {m['rel_gap']:.2e}"
+    rows = [
+        ("model", f"{m['model']} ({m['bytes']} bytes)"),
+        ("features", f"{m['n_features']} ({m['nonzero_weights']} nonzero weights)"),
+        ("intercept", f"{m['intercept']:.6g}"),
+        ("classes", ", ".join(str(c) for c in m["classes"])),
+        ("C", f"{p['C']}" + (f", class_weight {p['class_weight']}" if p["class_weight"] else "")),
+        ("fit", f"{m['n_iter']} epochs, {ended}{gap} (tol {p['tol']})"),
+    ]
+    if m["best_iteration"] is not None:
+        rows.append(("best epoch", f"{m['best_iteration']} (validation {p['validation_metric']} "
+                                   f"{m['best_score']:.6f})"))  # fmt: skip
+    if m["streamed"] is not None:
+        fmt = m["cache_format"]
+        how = "in memory" if not m["streamed"] else (
+            f"streamed ({f'a {fmt} cache' if fmt else 'Parquet decoded every epoch'})"
+        )  # fmt: skip
+        rows.append(("data", how))
+    rows.append(("feature map", describe(m["feature_map"])))
+    if m["top_weights"]:
+        rows.append(("top weights", ", ".join(f"[{i}] {w:+.4g}" for i, w in m["top_weights"])))
+    return table(rows)

@@ -203,6 +203,11 @@ def train(
 
     if resume and not checkpoint_dir:
         raise click.UsageError("--resume needs --checkpoint-dir DIR (where the checkpoint is).")
+    if resume:
+        from snapfit.estimator import has_checkpoint
+
+        if not has_checkpoint(checkpoint_dir):
+            click.echo(f"No checkpoint in {checkpoint_dir}: --resume starts a fresh fit.", err=True)
     if quiet:
         from snapfit import progress
 
@@ -302,6 +307,8 @@ def train(
                 "stopped_early": est.stopped_early_,
                 "n_iter": int(est.n_iter_[0]),
                 "kept_epoch": kept_epoch(est),
+                "streamed": getattr(est, "streamed_", None),
+                "cache_format": getattr(est, "cache_format_", None),
                 "validation": validation,
                 "best_iteration": getattr(est, "best_iteration_", None),
                 "best_score": getattr(est, "best_score_", None),
@@ -331,9 +338,15 @@ def train(
     help="Parquet file to write: 'probability' per row, in DATA's row order.",
 )
 @click.option("--labels", is_flag=True, help="Also write 'predicted_label' (0/1, threshold 0.5).")
+@click.option(
+    "--id-column",
+    metavar="NAME",
+    default=None,
+    help="Copy DATA's column NAME (a row id) into PRED, first, so predictions join by key.",
+)
 @FORCE
 @JSON
-def predict(model, data, out, labels, force, json_path):
+def predict(model, data, out, labels, id_column, force, json_path):
     """Write MODEL's probabilities for the rows of DATA (labels not needed) to a Parquet file,
     one chunk at a time."""
     import snapfit
@@ -343,7 +356,8 @@ def predict(model, data, out, labels, force, json_path):
     start = time.perf_counter()
     check_output(out, [data, model], force=force)
     est = snapfit.load(model)
-    rows = predict_to_parquet(est, open_for(est, data, require_labels=False), out, labels=labels)
+    rows = predict_to_parquet(est, open_for(est, data, require_labels=False), out, labels=labels,
+                              id_column=id_column)  # fmt: skip
     seconds = time.perf_counter() - start
     if json_path:
         write_json(json_path, {"command": "predict", "model": model, "data": data, "out": out,

@@ -64,6 +64,25 @@ def _on_device(x) -> bool:
     return _interop().is_device_input(x)
 
 
+def has_checkpoint(directory) -> bool:
+    """Whether ``directory`` holds a checkpoint that ``resume=True`` would continue from."""
+    from snapfit.engine.checkpoint import FILENAME
+
+    return os.path.isfile(os.path.join(os.fspath(directory), FILENAME))
+
+
+def _how_read(source) -> tuple[bool, str | None]:
+    """Whether a fit streamed its data, and the format of the cache its epochs re-read
+    (``raw``, ``compact``, ``lz4``; None: in memory, or Parquet decoded every epoch)."""
+    if "snapfit.stream.source" not in sys.modules:  # never imported: nothing was streamed
+        return False, None
+    from snapfit.stream.source import StreamSource
+
+    if not isinstance(source, StreamSource):
+        return False, None
+    return True, (source.cache_format if source.mode == "cache" else None)
+
+
 def _check_class_weight(class_weight, classes) -> None:
     """scikit-learn's rule (``compute_class_weight``): a dict that leaves a class of y out
     and names a class y does not have is a mistake (a typo, or the wrong labels)."""
@@ -182,6 +201,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     stopped_early_ : bool
         Whether early stopping ended the fit; the model is then ``best_iteration_``'s, not the
         last epoch's.
+    streamed_, cache_format_ : bool, str or None
+        Whether the fit streamed its Parquet under ``memory_budget`` (False: it was in
+        memory), and the format of the cache its epochs re-read: ``"raw"``, ``"compact"``,
+        ``"lz4"``, or None (in memory, or Parquet decoded every epoch).
 
     Examples
     --------
@@ -307,6 +330,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             source, counts, rows_id = self._array_source(X, y, sample_weight)
         d = source.n_features
         self.feature_map_ = featuremap.of_data(source if dataset is None else dataset)
+        self.streamed_, self.cache_format_ = _how_read(source)
         c_neg, c_pos = self._class_bounds(counts)
         problem = self._problem(d, c_neg, c_pos, seed, bias)
         stopper = self._early_stopping(validation, d, bias)
@@ -410,6 +434,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def _checkpoints(self, resume: bool) -> Checkpoints | None:
         if self.checkpoint_dir is None:
             return None
+        if resume and not has_checkpoint(self.checkpoint_dir):
+            warnings.warn(
+                f"resume=True but {os.fspath(self.checkpoint_dir)} holds no checkpoint; "
+                "starting a fresh fit.",
+                UserWarning,
+                stacklevel=3,
+            )
         return Checkpoints(os.fspath(self.checkpoint_dir), every=int(self.checkpoint_every),
                            resume=bool(resume))  # fmt: skip
 
@@ -544,9 +575,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "history": self.history_, "feature_map": featuremap.of_model(self)}  # fmt: skip
         if hasattr(self, "best_iteration_"):
             meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
-        for name in ("converged_", "stopped_early_"):
+        for name in ("converged_", "stopped_early_", "streamed_"):
             if hasattr(self, name):
                 meta[name.rstrip("_")] = bool(getattr(self, name))
+        if hasattr(self, "cache_format_"):
+            meta["cache_format"] = self.cache_format_
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):

@@ -127,7 +127,49 @@ def load_estimator(path, est):
     est.history_ = header.get("history", [])
     if "best_iteration" in header:
         est.best_iteration_, est.best_score_ = header["best_iteration"], header["best_score"]
-    for name in ("converged", "stopped_early"):
+    for name in ("converged", "stopped_early", "streamed"):
         if name in header:
             setattr(est, name + "_", bool(header[name]))
+    if "cache_format" in header:
+        est.cache_format_ = header["cache_format"]
     return est
+
+
+def is_model_file(path) -> bool:
+    """Whether ``path`` is a local file in the model format (an .npz with snapfit's header)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return "__header__.npy" in z.namelist()
+
+
+def model_info(path, *, top: int = 10) -> dict:
+    """What ``snapfit info MODEL`` shows: the parameters, how the fit ended and read its data,
+    the feature map, the weights' sizes and the ``top`` largest weights by magnitude (feature
+    index and weight). Checks the file's checksums as ``load`` does."""
+    arrays, header = load_arrays(path)
+    coef = arrays["coef"].astype(np.float64).ravel()
+    params = header.get("params", {})
+    history = header.get("history") or []
+    order = np.argsort(-np.abs(coef), kind="stable")[: max(0, int(top))]
+    return {
+        "model": os.fspath(path),
+        "bytes": os.path.getsize(path),
+        "n_features": int(coef.size),
+        "nonzero_weights": int(np.count_nonzero(coef)),
+        "intercept": float(arrays["intercept"].ravel()[0]),
+        "classes": arrays["classes"].tolist(),
+        "params": {k: params.get(k) for k in ("C", "class_weight", "tol", "max_iter",
+                                              "early_stopping_rounds", "validation_metric")},
+        "n_iter": header.get("n_iter"),
+        "rel_gap": history[-1].get("rel_gap") if history else None,
+        "converged": header.get("converged"),
+        "stopped_early": header.get("stopped_early"),
+        "best_iteration": header.get("best_iteration"),
+        "best_score": header.get("best_score"),
+        "streamed": header.get("streamed"),
+        "cache_format": header.get("cache_format"),
+        "feature_map": header.get("feature_map") or {"n_features": int(coef.size)},
+        "top_weights": [[int(i), float(coef[i])] for i in order if coef[i] != 0.0],
+    }  # fmt: skip

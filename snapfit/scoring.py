@@ -57,21 +57,29 @@ def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> 
     )
 
 
-def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False) -> int:
+def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
+                       id_column: str | None = None) -> int:  # fmt: skip
     """Write ``probability`` (float64) and, with ``labels``, ``predicted_label`` (int8 0/1) for
     every row of ``data`` in its order, one row group per chunk, under a temporary name that is
-    renamed to ``out`` on success. Returns the number of rows."""
+    renamed to ``out`` on success; with ``id_column``, that column of ``data`` first, as stored,
+    so predictions join by key. Returns the number of rows."""
     fields = [pa.field("probability", pa.float64(), nullable=False)]
     if labels:
         fields.append(pa.field("predicted_label", pa.int8(), nullable=False))
+    if id_column is not None:
+        data.check_column(id_column)
+        id_type = pq.ParquetFile(data.files[0]).schema_arrow.field(id_column).type
+        fields.insert(0, pa.field(id_column, id_type))
     schema = pa.schema(fields, metadata={b"snapfit.model_source": b"predict"})
     rows = 0
     with atomic_output(out) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="lz4") as writer:
-            for s, _, _ in iter_scores(model, data):
+            for k, (s, _, _) in enumerate(iter_scores(model, data)):
                 cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
                 if labels:
                     cols.append(pa.array((s > 0).astype(np.int8)))
+                if id_column is not None:
+                    cols.insert(0, data.read_column(k, id_column).cast(id_type))
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))
                 rows += len(s)
     return rows

@@ -113,3 +113,32 @@ def test_truncated_gzip_and_missing_directory_are_one_line_errors(tmp_path, run)
     assert "s.svm.gz: cannot be read" in res.output
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["cut.tsv.gz", "day.tsv.gz", "s.svm.gz"]
+
+
+def test_info_describes_a_model_file(tmp_path, run):
+    data = tmp_path / "d.parquet"
+    assert run("make-data", "criteo-like", data, "--rows", 2000, "--hash-bits", 12).exit_code == 0
+    model = tmp_path / "m.npz"
+    res = run("train", data, "--out", model, "--C", 0.1, "--max-iter", 100, "--tol", "1e-3", "-q")
+    assert res.exit_code == 0, res.output
+    res = run("info", model, "--top", 3)
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert "features     4096" in text and "converged" in text and "data         in memory" in text
+    assert "format criteo-like, hash_bits 12" in text and text.count("[") == 3
+    doc = json.loads(run("info", model, "--json").output)
+    assert doc["n_features"] == 4096 and doc["converged"] is True and doc["streamed"] is False
+    assert len(doc["top_weights"]) == 10
+    weights = [abs(w) for _, w in doc["top_weights"]]
+    assert weights == sorted(weights, reverse=True)
+    import snapfit
+
+    coef = snapfit.load(model).coef_.ravel()
+    i, w = doc["top_weights"][0]
+    assert coef[i] == w and abs(w) == abs(coef).max()
+    # a damaged model file is still a model file: one line, exit 3
+    raw = bytearray(model.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "bad.npz").write_bytes(bytes(raw))
+    res = run("info", tmp_path / "bad.npz")
+    assert res.exit_code == 3 and res.output.startswith("Error:"), res.output

@@ -338,3 +338,65 @@ def test_report_without_matplotlib_says_which_extra(files, tmp_path, run, monkey
     assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
     assert "pip install 'snapfit[plot]'" in res.output
     assert list(tmp_path.iterdir()) == []
+
+
+# -- what a fit says about itself, ids through predict ----------------------------------------
+def test_resume_with_an_empty_checkpoint_dir_says_it_starts_fresh(files, tmp_path, run):
+    ck = tmp_path / "empty"
+    ck.mkdir()
+    res = run("train", files["train"], "--out", tmp_path / "m.npz", "--max-iter", 2,
+              "--checkpoint-dir", ck, "--resume", "-q")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"No checkpoint in {ck}: --resume starts a fresh fit." in res.output
+    with pytest.warns(UserWarning, match="holds no checkpoint; starting a fresh fit"):
+        snapfit.LogisticRegression(max_iter=30, checkpoint_dir=str(tmp_path / "none")).fit(
+            files["train_X"], files["train_y"], resume=True
+        )
+    # with a checkpoint there, nothing is said
+    res = run("train", files["train"], "--out", tmp_path / "n.npz", "--max-iter", 3,
+              "--checkpoint-dir", ck, "--resume", "-q")  # fmt: skip
+    assert res.exit_code == 0 and "No checkpoint" not in res.output
+
+
+def test_summary_and_json_say_whether_the_fit_streamed_and_from_which_cache(
+    files, tmp_path, run, monkeypatch
+):
+    res = files["train_output"]
+    assert any(line.split()[:3] == ["data", "in", "memory"] for line in res.output.splitlines())
+    doc = json.loads(files["json"].read_text())
+    assert doc["streamed"] is False and doc["cache_format"] is None
+    from snapfit.datasets import make_criteo_like_parquet
+
+    big = tmp_path / "big.parquet"
+    make_criteo_like_parquet(big, 40000, seed=0, hash_bits=14, row_group_rows=2000)
+    for fmt in ("compact", "lz4"):
+        monkeypatch.setenv("SNAPFIT_CACHE_FORMAT", fmt)
+        res = run("train", big, "--out", tmp_path / f"{fmt}.npz", "--max-iter", 2,
+                  "--memory-budget", "8MB", "--json", tmp_path / f"{fmt}.json")  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert f"streamed under the memory budget (a {fmt} cache)" in res.output
+        doc = json.loads((tmp_path / f"{fmt}.json").read_text())
+        assert doc["streamed"] is True and doc["cache_format"] == fmt
+        back = snapfit.load(tmp_path / f"{fmt}.npz")
+        assert back.streamed_ is True and back.cache_format_ == fmt
+
+
+def test_predict_passes_an_id_column_through(files, tmp_path, run):
+    table = pq.read_table(files["unlab"])
+    ids = np.arange(table.num_rows, dtype=np.int64) * 7 + 1000
+    keyed = tmp_path / "keyed.parquet"
+    pq.write_table(table.append_column("row_id", [ids]), keyed, row_group_size=200)
+    res = run("predict", files["model"], keyed, "--out", tmp_path / "p.parquet", "--id-column",
+              "row_id", "--labels")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = pq.read_table(tmp_path / "p.parquet")
+    assert out.column_names == ["row_id", "probability", "predicted_label"]
+    np.testing.assert_array_equal(out.column("row_id").to_numpy(), ids)
+    plain = run("predict", files["model"], files["unlab"], "--out", tmp_path / "q.parquet")
+    assert plain.exit_code == 0
+    again = pq.read_table(tmp_path / "q.parquet").column(0).to_numpy()
+    np.testing.assert_array_equal(out.column("probability").to_numpy(), again)
+    res = run("predict", files["model"], files["unlab"], "--out", tmp_path / "r.parquet",
+              "--id-column", "row_id")  # fmt: skip
+    assert res.exit_code == 3 and "has no column 'row_id' (columns: indices" in res.output
+    assert not (tmp_path / "r.parquet").exists()

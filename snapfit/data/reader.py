@@ -374,6 +374,23 @@ class Dataset:
             )
         return chunk
 
+    def check_column(self, name: str) -> None:
+        """Refuse a dataset where some file lacks column ``name`` (before any work)."""
+        for file in self.files:
+            names = _open(file).schema_arrow.names
+            if name not in names:
+                raise DataError(
+                    f"{file}: has no column {name!r} (columns: {', '.join(names)}); name one of "
+                    "them, or keep the column when converting."
+                )
+
+    def read_column(self, k: int, name: str) -> pa.Array:
+        """Column ``name`` of chunk ``k`` (its row group), as it is stored: ids to pass along
+        with the chunk's scores."""
+        ref = self.chunks[k]
+        table = self._pf(ref.file).read_row_group(ref.row_group, columns=[name], use_threads=False)
+        return table.column(0).combine_chunks()
+
     def has_values_in(self, file: str) -> bool:
         """Whether ``file`` stores a ``values`` column (without it every value is 1)."""
         return VALUES in self._columns[file]
