@@ -60,7 +60,9 @@ def criteo_args(rows: int, hash_bits: int, sparse_only: bool):
     return args, sq, X.shape[1], bias
 
 
-def sweep(rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid_kw=None):
+def sweep(
+    rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid_kw=None, eso_epochs=None
+):
     args, sq, d, bias = criteo_args(rows, hash_bits, sparse_only)
     cells = []
     for c in cs:
@@ -70,10 +72,12 @@ def sweep(rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid
         print(_row(cells[-1]), flush=True)
         for rule in rules:
             for tau in taus:
-                if rule not in ("eso", "hybrid") and tau == 1:
-                    continue  # every rule is the plain step with one row in flight
+                if rule != "hybrid" and tau == 1:
+                    continue  # every other rule is the sequential step with one row in flight
                 t0 = time.perf_counter()
                 cap = max_epochs if rule != "plain" else min(max_epochs, 200)
+                if rule in ("eso", "cocoa", "bound") and tau > 1 and eso_epochs:
+                    cap = min(cap, eso_epochs)
                 if rule == "hybrid":
                     r = hybrid.run(
                         args, sq, d, c, c, bias, tau, tol=tol, max_epochs=cap, **(hybrid_kw or {})
@@ -151,6 +155,7 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=5e-7)
     ap.add_argument("--max-epochs", type=int, default=50_000)
     ap.add_argument("--sparse-only", action="store_true")
+    ap.add_argument("--eso-epochs", type=int, help="cap on the safe rules' epochs at tau > 1")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     print(
@@ -171,6 +176,7 @@ def main(argv=None):
         a.max_epochs,
         a.sparse_only,
         hybrid_kw,
+        a.eso_epochs,
     )
     model = {dev: gpu_epoch_model(device=dev) for dev in DEVICES}
     for dev, m in model.items():

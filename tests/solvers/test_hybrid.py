@@ -69,7 +69,8 @@ def test_certificate_identity(small):
     X, args, sq = small
     n, d = X.shape
     c, bias = 0.1, 1.0
-    r = hybrid.run(args, sq, d, c, c, bias, 64, tol=0.0, max_epochs=3, dual=False, hot_steps=8)
+    kw = {"p": 0.05, "dual": False, "hot_steps": 8}
+    r = hybrid.run(args, sq, d, c, c, bias, 64, tol=0.0, max_epochs=3, **kw)
     assert max(r.identity) < 1e-12
     y = args[4].astype(np.float64)
     full = sp.hstack([X, np.full((n, 1), bias)]).toarray()
@@ -80,7 +81,7 @@ def test_certificate_identity(small):
     primal = 0.5 * r.w @ r.w + c * np.logaddexp(0, -m).sum()
     dual = -0.5 * v @ v - ent.sum()
     g = c * np.logaddexp(0, -m) + a * m + ent
-    hot = hybrid.hot_columns(args[0], args[1], d, np.arange(n), hybrid.hot_share(64))
+    hot = hybrid.hot_columns(args[0], args[1], d, np.arange(n), 0.05)
     hot_term = 0.5 * np.sum((r.w[hot] - v[hot]) ** 2)
     assert hot_term > 1e-6 * primal  # the hot block is really off v_H here
     np.testing.assert_allclose(r.primals[-1], primal, rtol=1e-12)
