@@ -172,7 +172,7 @@ def test_parquet_fit_matches_local_and_reads_own_row_groups(client, data, local,
     assert [len(p["ids"]) for p in parts] == [4, 4]
     # per-round history: seconds, bytes both ways, the exact gap
     for h in est.history_:
-        assert h["n_workers"] == 2 and h["seconds"] > 0
+        assert h["n_workers"] == 2 and h["seconds"] >= 0
         assert h["bytes_sent"] > 0 and h["bytes_received"] > 0
     # to_local: the plain estimator with the same coefficients
     loc = est.to_local()

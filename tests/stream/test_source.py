@@ -31,7 +31,7 @@ def test_epoch_delivers_every_row_once(small_parquet):
         full = ResidentSource(ds).chunks[0]
         assert nnz == full.nnz
         assert sorted(np.concatenate(ys)) == sorted(full.y)
-        assert src.io_wait >= 0 and src.epoch_stats[-1]["read_seconds"] > 0
+        assert src.io_wait >= 0 and src.epoch_stats[-1]["read_seconds"] >= 0
 
 
 def test_budget_quarter_reaches_the_in_memory_optimum(small_parquet):
