@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["LogisticRegression", "load", "__version__"]
+__all__ = ["LogisticRegression", "TableHasher", "load", "__version__"]
 
 if TYPE_CHECKING:
+    from snapfit.datasets.featurize import TableHasher
     from snapfit.estimator import LogisticRegression, load
 
 
@@ -19,6 +20,10 @@ def __getattr__(name: str):
         from snapfit import estimator
 
         return getattr(estimator, name)
+    if name == "TableHasher":
+        from snapfit.datasets.featurize import TableHasher
+
+        return TableHasher
     raise AttributeError(f"module 'snapfit' has no attribute {name!r}")
 
 

@@ -350,14 +350,19 @@ def predict(model, data, out, labels, id_column, force, json_path):
     """Write MODEL's probabilities for the rows of DATA (labels not needed) to a Parquet file,
     one chunk at a time."""
     import snapfit
+    from snapfit import featuremap
     from snapfit.data import check_output
-    from snapfit.scoring import open_for, predict_to_parquet
+    from snapfit.datasets.featurize import is_raw
+    from snapfit.scoring import open_for, predict_raw_to_parquet, predict_to_parquet
 
     start = time.perf_counter()
     check_output(out, [data, model], force=force)
     est = snapfit.load(model)
-    rows = predict_to_parquet(est, open_for(est, data, require_labels=False), out, labels=labels,
-                              id_column=id_column)  # fmt: skip
+    if is_raw(data, featuremap.of_model(est)):  # a CSV / TSV / table: featurized as convert did
+        rows = predict_raw_to_parquet(est, data, out, labels=labels, id_column=id_column)
+    else:
+        data_set = open_for(est, data, require_labels=False)
+        rows = predict_to_parquet(est, data_set, out, labels=labels, id_column=id_column)
     seconds = time.perf_counter() - start
     if json_path:
         write_json(json_path, {"command": "predict", "model": model, "data": data, "out": out,

@@ -508,9 +508,20 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         ``X`` is what ``fit`` takes: arrays, CuPy arrays, or Parquet paths, globs and pyarrow
         Tables in snapfit's format (labels not needed), read chunk by chunk after their feature
-        map is checked against the model's (``feature_map_``).
+        map is checked against the model's (``feature_map_``). A model trained on converted
+        data also takes raw rows, featurized batch by batch as ``convert`` did: a table model
+        a CSV or Parquet path of named columns, a pandas DataFrame, a pyarrow Table or a list
+        of dicts; a Criteo model a Criteo TSV path (``snapfit.datasets.featurize``).
         """
         check_is_fitted(self)
+        fmt = (getattr(self, "feature_map_", None) or {}).get("format")
+        if fmt in ("table", "criteo", "criteo-like"):  # raw rows, featurized as convert did
+            from snapfit.datasets.featurize import is_raw
+
+            if is_raw(X, self.feature_map_):
+                from snapfit.scoring import raw_scores
+
+                return raw_scores(self, X)
         dataset = as_dataset(X, require_labels=False)
         if dataset is not None:
             from snapfit.scoring import check_map, iter_scores

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from snapfit import featuremap, progress
 from snapfit.data import Dataset, atomic_output
+from snapfit.errors import DataError
 from snapfit.metrics import evaluate_batches
 from snapfit.solvers import cpu
 
@@ -82,4 +83,50 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
                     cols.insert(0, data.read_column(k, id_column).cast(id_type))
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))
                 rows += len(s)
+    return rows
+
+
+def raw_scores(model, X) -> np.ndarray:
+    """Decision values of raw rows ``X`` (a CSV, Criteo TSV or table in memory), featurized
+    batch by batch as ``convert`` featurized the model's training data."""
+    from snapfit.datasets.featurize import raw_batches
+
+    coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
+    intercept = float(model.intercept_[0])
+    scores = [chunk_scores(coef, intercept, b) for b in raw_batches(featuremap.of_model(model), X)]
+    return np.concatenate(scores) if scores else np.empty(0)
+
+
+def predict_raw_to_parquet(model, source, out, *, labels: bool = False,
+                           id_column: str | None = None) -> int:  # fmt: skip
+    """:func:`predict_to_parquet` for raw rows (see :func:`raw_scores`), streamed: one row
+    group per batch; with ``id_column``, that column of the table first, as read."""
+    from snapfit.datasets.featurize import raw_batches
+
+    coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
+    intercept = float(model.intercept_[0])
+    rows, writer, schema = 0, None, None
+    with atomic_output(out) as tmp:
+        try:
+            for batch in raw_batches(featuremap.of_model(model), source, id_column=id_column):
+                s = chunk_scores(coef, intercept, batch)
+                cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
+                names = ["probability"]
+                if labels:
+                    cols.append(pa.array((s > 0).astype(np.int8)))
+                    names.append("predicted_label")
+                if id_column is not None:
+                    cols.insert(0, batch.ids)
+                    names.insert(0, id_column)
+                table = pa.Table.from_arrays(cols, names=names)
+                if writer is None:
+                    schema = table.schema.with_metadata({b"snapfit.model_source": b"predict"})
+                    writer = pq.ParquetWriter(tmp, schema, compression="lz4")
+                writer.write_table(table.cast(schema))
+                rows += len(s)
+            if writer is None:
+                raise DataError(f"{source}: holds no rows to score.")
+        finally:
+            if writer is not None:
+                writer.close()
     return rows
