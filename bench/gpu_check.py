@@ -100,6 +100,10 @@ def missing_fields(report: dict) -> list[str]:
 
 
 def commit() -> str:
+    """``$SNAPFIT_COMMIT`` when set (a copy of the tree made with ``git archive`` has no git of
+    its own, or the wrong one), else ``git rev-parse HEAD``."""
+    if os.environ.get("SNAPFIT_COMMIT"):
+        return os.environ["SNAPFIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, text=True,
                              capture_output=True, timeout=10)  # fmt: skip

@@ -34,19 +34,20 @@ def _data(n=4000, d=300, seed=0):
 
 def test_cupy_backend_reaches_the_optimum_numba_backend_reaches(monkeypatch):
     """Both backends reach the CPU's primal objective (relative 1e-6). The data is wide (each
-    column in ~3 of 4,000 rows): the default launch runs ~1,000 rows in flight, and the step
-    that is safe for them costs epochs in proportion to how many rows share a column (on 300
-    columns it needed ~2,700 epochs for tol=1e-8, and coefficients differ by ~1e-4 at a
-    relative gap of 1e-8 anyway; compare objectives)."""
+    column in ~3 of 4,000 rows) and has no intercept: the default launch runs ~1,000 rows in
+    flight, and the step that is safe for them costs epochs in proportion to how many rows
+    share a column (on 300 columns with the intercept it needed ~2,700 epochs for tol=1e-8;
+    coefficients differ by ~1e-4 at a relative gap of 1e-8 anyway: compare objectives)."""
     import snapfit
     from snapfit.gpu import backend
 
     X, y = _data(d=20_000)
-    cpu = snapfit.LogisticRegression(device="cpu", tol=1e-10, max_iter=500).fit(X, y)
+    params = dict(tol=1e-8, fit_intercept=False)
+    cpu = snapfit.LogisticRegression(device="cpu", max_iter=500, **params).fit(X, y)
     want = cpu.history_[-1]["primal"]
     for name in ("cupy", "numba"):
         monkeypatch.setenv(backend.ENV, name)
-        m = snapfit.LogisticRegression(device="gpu", tol=1e-8, max_iter=2000).fit(X, y)
+        m = snapfit.LogisticRegression(device="gpu", max_iter=2000, **params).fit(X, y)
         last = m.history_[-1]
         assert last["exact"] and np.isfinite(m.coef_).all(), name
         assert abs(last["primal"] - want) <= 1e-6 * abs(want), (name, last["primal"], want)
