@@ -142,9 +142,6 @@ class _Event:
     def record(self, stream: Stream) -> None:
         self.event.record(stream.native)
 
-    def done(self) -> bool | None:
-        return None
-
     def synchronize(self, what: str = "a CUDA event") -> None:
         """Wait until the work before the event completed, polling it so that a stuck GPU
         raises ``StallError`` naming ``what`` (CUDA's own wait has no deadline)."""
