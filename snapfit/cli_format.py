@@ -230,6 +230,10 @@ def model_lines(m: dict) -> str:
         )  # fmt: skip
         rows.append(("data", how))
     rows.append(("feature map", describe(m["feature_map"])))
+    text = table(rows)
     if m["top_weights"]:
-        rows.append(("top weights", ", ".join(f"[{i}] {w:+.4g}" for i, w in m["top_weights"])))
-    return table(rows)
+        lines = [f"  {t['weight']:+.6g}  [{t['index']}] {t['name'] or ''}".rstrip()
+                 for t in m["top_weights"]]  # fmt: skip
+        text += f"\ntop {len(lines)} weights (by magnitude; names recorded at convert):\n"
+        text += "\n".join(lines)
+    return text

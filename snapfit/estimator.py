@@ -201,6 +201,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     stopped_early_ : bool
         Whether early stopping ended the fit; the model is then ``best_iteration_``'s, not the
         last epoch's.
+    hashed_names_ : dict
+        When the training data was a converted table: the keys its conversion recorded by
+        feature index (see ``top_features``).
     streamed_, cache_format_ : bool, str or None
         Whether the fit streamed its Parquet under ``memory_budget`` (False: it was in
         memory), and the format of the cache its epochs re-read: ``"raw"``, ``"compact"``,
@@ -331,6 +334,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         d = source.n_features
         self.feature_map_ = featuremap.of_data(source if dataset is None else dataset)
         self.streamed_, self.cache_format_ = _how_read(source)
+        self.__dict__.pop("hashed_names_", None)  # a refit on data without recorded names
+        names = dataset is not None and (getattr(dataset, "metadata", None) or {}).get("names")
+        if names:
+            self.hashed_names_ = names
         c_neg, c_pos = self._class_bounds(counts)
         problem = self._problem(d, c_neg, c_pos, seed, bias)
         stopper = self._early_stopping(validation, d, bias)
@@ -575,6 +582,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return self.classes_[(s > 0).astype(int)]
 
     # -- persistence and interop -----------------------------------------------------------
+    def top_features(self, k: int = 20) -> list[dict]:
+        """The ``k`` largest weights by magnitude, each ``{"index", "weight", "name"}``: the
+        name is the key a table conversion recorded (``"site=news"``, ``"site=news^ad=a1"``,
+        ``"price"``; the first 256 distinct keys of each column and cross; "(collision)" when
+        recorded keys share the index) or a Criteo integer field (``"I3"``); None when not
+        recorded. Vowpal Wabbit's ``--invert_hash``, bounded."""
+        from snapfit.model import top_weights
+
+        check_is_fitted(self)
+        names = getattr(self, "hashed_names_", None)
+        return top_weights(self.coef_, featuremap.of_model(self), names, k)
+
     def save(self, path) -> None:
         """Write the fitted model to ``path`` (.npz with a JSON header; no pickle)."""
         check_is_fitted(self)
@@ -591,6 +610,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 meta[name.rstrip("_")] = bool(getattr(self, name))
         if hasattr(self, "cache_format_"):
             meta["cache_format"] = self.cache_format_
+        if hasattr(self, "hashed_names_"):
+            meta["names"] = self.hashed_names_
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):

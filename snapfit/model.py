@@ -132,6 +132,8 @@ def load_estimator(path, est):
             setattr(est, name + "_", bool(header[name]))
     if "cache_format" in header:
         est.cache_format_ = header["cache_format"]
+    if header.get("names"):
+        est.hashed_names_ = header["names"]
     return est
 
 
@@ -144,6 +146,36 @@ def is_model_file(path) -> bool:
         return "__header__.npy" in z.namelist()
 
 
+def feature_name(index: int, feature_map: dict, names: dict | None) -> str | None:
+    """The readable name of feature ``index``: a key recorded at convert time (``names``:
+    ``{"keys": {index: key}, "collisions": [...]}``; ``a | b?`` when recorded keys collide
+    there, ``?`` as other keys may share it unseen) or Criteo's integer fields ``I1..I13``;
+    None when unknown."""
+    if feature_map.get("format") in ("criteo", "criteo-like") and index < 13:
+        return f"I{index + 1}"
+    if not names:
+        return None
+    key = names.get("keys", {}).get(str(index))
+    if key is None:
+        return None
+    return f"{key} (collision)" if index in set(names.get("collisions", ())) else key
+
+
+def top_weights(coef: np.ndarray, feature_map: dict, names: dict | None, k: int) -> list[dict]:
+    """The ``k`` largest weights by magnitude: index, weight and name (None when unknown)."""
+    coef = np.asarray(coef, dtype=np.float64).ravel()
+    order = np.argsort(-np.abs(coef), kind="stable")[: max(0, int(k))]
+    return [
+        {
+            "index": int(i),
+            "weight": float(coef[i]),
+            "name": feature_name(int(i), feature_map, names),
+        }
+        for i in order
+        if coef[i] != 0.0
+    ]
+
+
 def model_info(path, *, top: int = 10) -> dict:
     """What ``snapfit info MODEL`` shows: the parameters, how the fit ended and read its data,
     the feature map, the weights' sizes and the ``top`` largest weights by magnitude (feature
@@ -152,13 +184,14 @@ def model_info(path, *, top: int = 10) -> dict:
     coef = arrays["coef"].astype(np.float64).ravel()
     params = header.get("params", {})
     history = header.get("history") or []
-    order = np.argsort(-np.abs(coef), kind="stable")[: max(0, int(top))]
+    fmap = header.get("feature_map") or {"n_features": int(coef.size)}
+    intercept = float(arrays["intercept"].ravel()[0])
     return {
         "model": os.fspath(path),
         "bytes": os.path.getsize(path),
         "n_features": int(coef.size),
         "nonzero_weights": int(np.count_nonzero(coef)),
-        "intercept": float(arrays["intercept"].ravel()[0]),
+        "intercept": intercept,
         "classes": arrays["classes"].tolist(),
         "params": {k: params.get(k) for k in ("C", "class_weight", "tol", "max_iter",
                                               "early_stopping_rounds", "validation_metric")},
@@ -170,6 +203,7 @@ def model_info(path, *, top: int = 10) -> dict:
         "best_score": header.get("best_score"),
         "streamed": header.get("streamed"),
         "cache_format": header.get("cache_format"),
-        "feature_map": header.get("feature_map") or {"n_features": int(coef.size)},
-        "top_weights": [[int(i), float(coef[i])] for i in order if coef[i] != 0.0],
+        "feature_map": fmap,
+        "names_recorded": len((header.get("names") or {}).get("keys", {})),
+        "top_weights": top_weights(coef, fmap, header.get("names"), top),
     }  # fmt: skip

@@ -125,20 +125,48 @@ def test_info_describes_a_model_file(tmp_path, run):
     assert res.exit_code == 0, res.output
     text = res.output
     assert "features     4096" in text and "converged" in text and "data         in memory" in text
-    assert "format criteo-like, hash_bits 12" in text and text.count("[") == 3
+    assert "format criteo-like, hash_bits 12" in text and "top 3 weights" in text
     doc = json.loads(run("info", model, "--json").output)
     assert doc["n_features"] == 4096 and doc["converged"] is True and doc["streamed"] is False
     assert len(doc["top_weights"]) == 10
-    weights = [abs(w) for _, w in doc["top_weights"]]
+    weights = [abs(t["weight"]) for t in doc["top_weights"]]
     assert weights == sorted(weights, reverse=True)
     import snapfit
 
     coef = snapfit.load(model).coef_.ravel()
-    i, w = doc["top_weights"][0]
-    assert coef[i] == w and abs(w) == abs(coef).max()
+    top = doc["top_weights"][0]
+    assert coef[top["index"]] == top["weight"] and abs(top["weight"]) == abs(coef).max()
+    # Criteo's integer fields have names without a dictionary: I1..I13 at indices 0..12
+    assert all(t["name"] == f"I{t['index'] + 1}" for t in doc["top_weights"] if t["index"] < 13)
     # a damaged model file is still a model file: one line, exit 3
     raw = bytearray(model.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     (tmp_path / "bad.npz").write_bytes(bytes(raw))
     res = run("info", tmp_path / "bad.npz")
     assert res.exit_code == 3 and res.output.startswith("Error:"), res.output
+
+
+def test_info_names_a_table_models_largest_weights(tmp_path, run):
+    rows = [f"{s},{a},{p},{c}\n" for s, a, p, c in zip(
+        ["news", "shop", "blog"] * 100, ["a1", "a2", "a3", "a4"] * 75, range(300),
+        [1, 0, 0, 1, 0] * 60, strict=True)]  # fmt: skip
+    (tmp_path / "e.csv").write_text("site,ad,price,clicked\n" + "".join(rows))
+    res = run("convert", tmp_path / "e.csv", tmp_path / "e.parquet", "--format", "table",
+              "--label", "clicked", "--cross", "site,ad", "--hash-bits", 16)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = run("train", tmp_path / "e.parquet", "--out", tmp_path / "m.npz", "-q")
+    assert res.exit_code == 0, res.output
+    res = run("info", tmp_path / "m.npz", "--top", 5)
+    assert res.exit_code == 0, res.output
+    tops = res.output.split("weights (by magnitude; names recorded at convert):\n")[1]
+    lines = tops.strip().splitlines()
+    assert len(lines) == 5
+    import snapfit
+    from snapfit.datasets import key_index
+
+    for line in lines:  # "  -0.23  [7154] site=blog^ad=a4"
+        index, name = int(line.split("[")[1].split("]")[0]), line.split("] ")[1]
+        assert key_index(name, 16) == index
+    assert snapfit.load(tmp_path / "m.npz").top_features(1)[0]["name"] in tops
+    doc = json.loads(run("info", tmp_path / "e.parquet", "--json").output)
+    assert "names" not in doc["provenance"]  # recorded, but not printed with the data's facts

@@ -500,3 +500,45 @@ def test_cli_truncated_gzip_csv_is_one_line(tmp_path, run):
     assert res.exit_code == 3 and res.output.count("\n") == 1, res.output
     assert "t.csv.gz: cannot be read" in res.output
     assert no_output(tmp_path)
+
+
+def test_conversion_records_a_bounded_dictionary_of_keys_and_flags_collisions(
+    tmp_path, monkeypatch
+):
+    """The first NAMES_PER_FIELD distinct keys of each column and cross, by index (what makes
+    a model's weights readable), and the indices where recorded keys collide."""
+    monkeypatch.setattr(tabular, "NAMES_PER_FIELD", 50)
+    rng = np.random.default_rng(0)
+    n = 600
+    df = pd.DataFrame({"user": [f"u{i}" for i in rng.integers(0, 400, n)],
+                       "site": rng.choice(["news", "shop"], n), "price": rng.random(n),
+                       "clicked": rng.integers(0, 2, n)})  # fmt: skip
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "t.parquet")
+    convert_table(tmp_path / "t.parquet", tmp_path / "h.parquet", label="clicked",
+                  crosses=[("site", "user")], hash_bits=20)  # fmt: skip
+    names = decode_metadata(pq.ParquetFile(tmp_path / "h.parquet").metadata.metadata)["names"]
+    keys = {int(i): k for i, k in names["keys"].items()}
+    for key in ("site=news", "site=shop", "price"):
+        assert keys[key_index(key, 20)] == key
+    users = [k for k in keys.values() if k.startswith("user=")]
+    crossed = [k for k in keys.values() if k.startswith("site=") and "^user=" in k]
+    assert len(users) == 50 and len(crossed) == 50  # bounded per field
+    assert all(keys[key_index(k, 20)] == k for k in users + crossed)
+    assert names["collisions"] == [] and names["per_field"] == 50
+    # 2^5 features: recorded keys collide, and say so
+    convert_table(tmp_path / "t.parquet", tmp_path / "s.parquet", label="clicked", hash_bits=5)
+    small = decode_metadata(pq.ParquetFile(tmp_path / "s.parquet").metadata.metadata)["names"]
+    assert small["collisions"] and all(0 <= i < 32 for i in small["collisions"])
+    # the model reads its largest weights by name, saved with it
+    est = snapfit.LogisticRegression(C=1.0).fit(tmp_path / "h.parquet")
+    top = est.top_features(5)
+    assert len(top) == 5 and [abs(t["weight"]) for t in top] == sorted(
+        (abs(t["weight"]) for t in top), reverse=True
+    )
+    for t in top:
+        assert t["name"] is None or keys[t["index"]] == t["name"]
+    assert any(t["name"] for t in est.top_features(50))
+    est.save(tmp_path / "m.npz")
+    assert snapfit.load(tmp_path / "m.npz").top_features(5) == top
+    flagged = snapfit.LogisticRegression(C=1.0).fit(tmp_path / "s.parquet").top_features(32)
+    assert any(t["name"] and t["name"].endswith("(collision)") for t in flagged)

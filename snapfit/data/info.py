@@ -5,7 +5,7 @@ from __future__ import annotations
 from snapfit.data import fs
 from snapfit.data.reader import Dataset
 
-_PLUMBING = ("row_group_nnz", "n_features", "format_version")
+_PLUMBING = ("row_group_nnz", "n_features", "format_version", "names")
 
 
 def dataset_info(source) -> dict:

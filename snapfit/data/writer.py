@@ -287,12 +287,13 @@ class ChunkWriter:
     def _write_group(self, buf: _GroupBuffer) -> None:
         self._writer.write_table(buf.table(self.schema), row_group_size=buf.rows)
 
-    def close(self, n_features=None) -> None:
-        """Flush the last (short) row group and write the footer with the metadata."""
+    def close(self, n_features=None, more: dict | None = None) -> None:
+        """Flush the last (short) row group and write the footer with the metadata (and
+        ``more`` provenance, known only once every row was seen)."""
         if self._filling is not None and self._filling.rows:
             self._flush()
         nf = n_features if n_features is not None else self.n_features
-        md = encode_metadata(nf, self._provenance)
+        md = encode_metadata(nf, {**(self._provenance or {}), **(more or {})})
         md[KEY_ROW_GROUP_NNZ] = json.dumps(self.row_group_nnz)
         if nf is None:
             md.pop(KEY_N_FEATURES, None)

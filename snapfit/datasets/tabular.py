@@ -49,6 +49,9 @@ from snapfit.errors import DataError
 TRANSFORMS = {"log1p": "sign(v)*log1p(|v|)", "identity": "v"}
 
 _CELLS_PER_BATCH = 1 << 22  # Parquet rows per batch x feature columns: ~40 MB of work arrays
+#: Keys recorded per categorical column and cross (``names`` in the file's metadata): enough to
+#: read a model's largest weights, bounded whatever the number of distinct values.
+NAMES_PER_FIELD = 256
 
 
 class FeatureMap(NamedTuple):
@@ -189,6 +192,12 @@ class _Hasher:
         self.slots = [key_index(x, fmap.hash_bits) for x in fmap.numeric]
         self.n_fields = len(fmap.categorical) + len(fmap.numeric) + len(fmap.crosses)
         self.seen: dict = {}
+        # index -> key of the first NAMES_PER_FIELD distinct keys of each field; indices two
+        # recorded keys share (a hash collision: the weight is theirs together)
+        self.names: dict[int, str] = {int(i): x for i, x in zip(self.slots, fmap.numeric,
+                                                                 strict=True)}  # fmt: skip
+        self.collisions: set[int] = set()
+        self._named: dict[tuple, int] = {}
 
     def _keys(self, names, coded) -> tuple[pa.Array, np.ndarray]:
         """Distinct keys ``a=va^b=vb...`` of a categorical column or a cross, and row codes."""
@@ -220,7 +229,7 @@ class _Hasher:
         present = np.zeros((n, self.n_fields), dtype=bool)
         val = np.ones((n, self.n_fields), dtype=np.float32) if fmap.numeric else None
         for j, name in enumerate(fmap.categorical):
-            self._hash_into((name,), coded, idx[:, j], present[:, j])
+            self._hash_into((name,), coded, idx[:, j], present[:, j], self.record)
         base = len(fmap.categorical)
         for k, (name, slot) in enumerate(zip(fmap.numeric, self.slots, strict=True)):
             x = numbers(batch.column(name), name, place, "numeric")
@@ -228,7 +237,7 @@ class _Hasher:
             idx[:, base + k] = slot
         base += len(fmap.numeric)
         for k, names in enumerate(fmap.crosses):
-            self._hash_into(names, coded, idx[:, base + k], present[:, base + k])
+            self._hash_into(names, coded, idx[:, base + k], present[:, base + k], self.record)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.count_nonzero(present, axis=1), out=indptr[1:])
         labels = weight = None
@@ -239,12 +248,36 @@ class _Hasher:
         values = None if val is None else val[present]
         return indptr, idx[present], values, labels, weight
 
-    def _hash_into(self, names, coded, idx_col, present_col) -> None:
+    def _hash_into(self, names, coded, idx_col, present_col, record=None) -> None:
         keys, codes = self._keys(names, coded)
         present_col[:] = codes >= 0
         if len(keys):
             h = (hash_keys(keys) & self.mask).astype(np.int32)
             idx_col[:] = h[np.maximum(codes, 0)]
+            if record is not None:
+                record(names, keys, h, codes)
+
+    def record(self, field: tuple, keys: pa.Array, h: np.ndarray, codes: np.ndarray) -> None:
+        """Remember up to ``NAMES_PER_FIELD`` distinct keys of ``field`` (of the rows: an
+        empty value's key gives no feature) by their index."""
+        room = NAMES_PER_FIELD - self._named.get(field, 0)
+        if room <= 0:
+            return
+        used = np.unique(codes[codes >= 0])[:room]
+        for key, i in zip(keys.take(used).to_pylist(), h[used].tolist(), strict=True):
+            text = key.decode("utf-8", "replace")
+            known = self.names.setdefault(i, text)
+            if known != text:
+                self.collisions.add(i)
+        self._named[field] = self._named.get(field, 0) + len(used)
+
+    def names_record(self) -> dict:
+        """The ``names`` metadata: ``{index: key}`` and the indices of recorded collisions."""
+        return {
+            "per_field": NAMES_PER_FIELD,
+            "keys": {str(i): k for i, k in sorted(self.names.items())},
+            "collisions": sorted(self.collisions),
+        }
 
     def _transform_into(self, x, name, place, val_col, present_col) -> None:
         present_col[:] = ~np.isnan(x)
@@ -369,7 +402,7 @@ def convert_table(
                     n_rows += batch.num_rows
             if n_rows == 0:
                 raise DataError(f"{src}: holds no rows; the output would be an empty dataset.")
-            writer.close()
+            writer.close(more={"names": hasher.names_record()})
         except BaseException:
             writer.abort()
             raise
