@@ -1,9 +1,11 @@
 """The catalogue of bad inputs: each is refused up front, in one line, with its exit code.
 
-One test per case a user met (issue 34's list, and the cases before it that lived elsewhere
-are named at the end). The command line's exit codes: 2 usage, 3 bad data, 4 resources; the
-library raises ``DataError`` (a ``ValueError``), ``ResourceError`` or scikit-learn's
-``ValueError``. "Up front" is checked by making training itself fail loudly
+The tests in this file are the cases a user met on a fresh clone (a new user's report); the
+bad-input tests written before it live beside the code they check and are listed in
+``ELSEWHERE`` below (a test checks that every name there still exists), so this file is the
+one place to read the whole catalogue. The command line's exit codes: 2 usage, 3 bad data,
+4 resources; the library raises ``DataError`` (a ``ValueError``), ``ResourceError`` or
+scikit-learn's ``ValueError``. "Up front" is checked by making training itself fail loudly
 (``no_training``): a refusal that came after the fit would show that error instead.
 """
 
@@ -288,3 +290,75 @@ def test_report_draws_the_validation_curve_of_an_early_stopped_run(d, tmp_path):
     pytest.importorskip("matplotlib")
     res = run("report", tmp_path / "r.json", "--out", tmp_path / "curve.png")
     assert res.exit_code == 0 and (tmp_path / "curve.png").stat().st_size > 0, res.output
+
+
+# -- the rest of the catalogue --------------------------------------------------------------
+
+#: Bad-input tests beside the code they check: file -> tests (each a refusal, one line, its
+#: exit code or exception, and no output left behind).
+ELSEWHERE = {
+    "tests/test_cli_train.py": [
+        "test_train_usage_errors_exit_2", "test_train_missing_out_and_missing_data",
+        "test_train_bad_data_exit_3_one_line", "test_train_refuses_existing_output",
+        "test_train_gpu_unavailable_exit_4", "test_predict_errors_leave_no_output",
+        "test_evaluate_errors", "test_report_errors_leave_no_output",
+        "test_dask_option_conflicts", "test_predict_passes_an_id_column_through",
+    ],
+    "tests/test_cli_data.py": [
+        "test_bad_files_exit_3_with_one_line", "test_bad_flags_exit_2",
+        "test_truncated_gzip_and_missing_directory_are_one_line_errors",
+    ],
+    "tests/test_table_convert.py": [
+        "test_missing_columns_are_named_with_the_columns_there_are",
+        "test_bad_csv_is_a_one_line_error_naming_the_line",
+        "test_a_bad_value_deep_in_a_file_is_named_by_its_line",
+        "test_bad_parquet_values_name_the_row", "test_empty_inputs",
+        "test_options_that_cannot_go_together", "test_cli_usage_errors_exit_2",
+        "test_cli_bad_data_exit_3_with_one_line", "test_cli_truncated_gzip_csv_is_one_line",
+    ],
+    "tests/test_featuremap.py": [
+        "test_data_hashed_to_fewer_bits_is_refused_everywhere",
+        "test_a_different_transform_or_format_is_refused",
+    ],
+    "tests/test_featurize.py": [
+        "test_raw_rows_missing_a_column_are_refused_naming_the_columns",
+        "test_a_bad_criteo_row_is_refused_naming_its_line",
+    ],
+    "tests/test_early_stopping.py": ["test_bad_validation_arguments"],
+    "tests/test_model.py": [
+        "test_truncated_file_is_a_clear_error", "test_tampered_array_fails_its_checksum",
+        "test_foreign_npz_and_missing_file",
+    ],
+    "tests/test_report.py": ["test_load_history_rejects_other_files"],
+    "tests/test_export.py": ["test_export_errors"],
+    "tests/test_remote.py": ["test_truncated_remote_gzip_is_a_one_line_error"],
+    "tests/data/test_reader.py": [
+        "test_files_with_different_n_features_are_refused",
+        "test_unlabelled_files_need_require_labels_false", "test_check_two_classes",
+    ],
+    "tests/data/test_validate.py": [
+        "test_empty_dataset", "test_write_parquet_refuses_bad_arrays_and_leaves_nothing",
+        "test_existing_output_and_output_equal_to_input_are_refused",
+    ],
+    "tests/data/test_svmlight.py": [
+        "test_bad_lines_are_named_and_nothing_is_left", "test_n_features_too_small_and_empty_file",
+    ],
+    "tests/data/test_criteo.py": [
+        "test_a_bad_row_is_named_by_line_and_nothing_is_left", "test_skip_budget_is_a_limit",
+    ],
+    "tests/stream/test_source.py": [
+        "test_reader_error_names_the_row_group", "test_too_small_budget_is_a_resource_error",
+    ],
+    "tests/stream/test_budget.py": ["test_too_small_names_the_minimum"],
+    "tests/stream/test_direct.py": ["test_decoder_error_names_the_row_group"],
+    "tests/test_dask.py": ["test_gpu_on_workers_without_one_is_a_clear_error"],
+}  # fmt: skip
+
+
+def test_the_catalogue_names_tests_that_exist():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path, names in ELSEWHERE.items():
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            text = f.read()
+        for name in names:
+            assert f"def {name}(" in text, f"{path}: no test {name}; update ELSEWHERE"
