@@ -247,31 +247,114 @@ def cd_pass(
         if lane == 0 and c > 0.0:
             x += w[d] * bias
         dot, over = team_sum2(sh, sh2, team, x, u)
-        if lane == 0:
-            step = 0.0
-            if c > 0.0:
-                yi = float(y[i])
-                b = yi * dot
-                # Gap term before the update, entropy after it: see cpu.cd_pass.
-                q = sigma * (float(sqnorm[i]) + bias2 + theta * (over * scale + bias2))
-                s_new, delta, g, e = row_update(q, b, alpha[i], c)
-                alpha[i] = s_new
-                gap += g
-                ent += e
-                step = sigma * delta * yi
-                if step != 0.0 and bias != 0.0:
-                    cuda.atomic.add(w, d, step * bias)
-            steps[slot] = step
-        cuda.syncthreads()
-        step = steps[slot]
+        q = 0.0
+        if valid:
+            q = sigma * (float(sqnorm[i]) + bias2 + theta * (over * scale + bias2))
+        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma)
+        gap += g
+        ent += e
         if step != 0.0:
+            if lane == 0 and bias != 0.0:
+                cuda.atomic.add(w, d, step * bias)
             scatter(w, step, lo, hi, lane, team, indices, values, has_values)
         # The block's next rows read w after this row's updates (rows of other blocks stay
         # asynchronous, as in TPA-SCD); with one row per block the pass is the CPU's, exactly.
         cuda.syncthreads()
+    pass_sums(out, lane, gap, ent)
+
+
+@_device
+def row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma):
+    """Lane 0 of a team runs THE scalar update of row ``i`` (curvature ``q``, margin
+    ``y_i dot``), writes ``alpha[i]`` and leaves the step ``sigma delta y_i`` in
+    ``steps[slot]`` for the team; returns ``(step, gap term, entropy term)`` (the terms on lane
+    0 only). Every thread of the block calls it: it holds a barrier."""
+    g = 0.0
+    e = 0.0
+    if lane == 0:
+        step = 0.0
+        if c > 0.0:
+            yi = float(y[i])
+            # Gap term before the update, entropy after it: see cpu.cd_pass.
+            s_new, delta, g, e = row_update(q, yi * dot, alpha[i], c)
+            alpha[i] = s_new
+            step = sigma * delta * yi
+        steps[slot] = step
+    cuda.syncthreads()
+    return steps[slot], g, e
+
+
+@_device
+def pass_sums(out, lane, gap, ent):
+    """A team's ``(gap, entropy)`` sums into ``out[0:2]``."""
     if lane == 0:
         cuda.atomic.add(out, 0, gap)
         cuda.atomic.add(out, 1, ent)
+
+
+@_device
+def scatter_split(w, acc, hot_pos, step, lo, hi, lane, team, indices, values, has_values):
+    """``scatter`` whose hot columns (``hot_pos[j] >= 0``) go into ``acc[hot_pos[j]]``
+    instead of ``w[j]``: rows never write the hot block, they accumulate ``v_H``."""
+    for k in range(lo + lane, hi, team):
+        j = indices[k]
+        x = step * float(values[k]) if has_values else step
+        h = hot_pos[j]
+        if h >= 0:
+            cuda.atomic.add(acc, h, x)
+        else:
+            cuda.atomic.add(w, j, x)
+
+
+@cuda.jit
+def cd_pass_hot(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, curv, hot_pos, alpha, w, acc, rows, team, out,
+):  # fmt: skip
+    """One pass of the hybrid over ``rows``: hot columns as a primal block
+    (``snapfit.solvers.hybrid``, whose ``wave_pass`` this is on the device).
+
+    As ``cd_pass``, except that each row's curvature is given (``curv``: ESO over its cold
+    columns, the caller's ``sigma`` included) and that rows read all of ``w`` (the hot entries
+    are the segment's ``w_H``, read-only here) but write only its cold columns: the hot part
+    of each move, the intercept's too when it is hot (``hot_pos[d] >= 0``), is added into
+    ``acc`` (``v_H``'s increment). Rows in flight then share only cold columns. The caller
+    runs one launch per segment and the hot step between launches.
+    """
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    steps = cuda.shared.array(MAX_BLOCK, float64)
+    d = w.shape[0] - 1
+    ib = hot_pos[d]
+    n = rows.shape[0]
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    gap = 0.0
+    ent = 0.0
+    for it in range(n_iter):
+        p = first + it * stride
+        valid = p < n
+        i = 0
+        if valid:
+            i = rows[p]
+        c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
+        x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
+        if lane == 0 and c > 0.0:
+            x += w[d] * bias
+        dot = team_sum(sh, team, x)
+        q = 0.0
+        if valid:
+            q = curv[i]
+        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, 1.0)
+        gap += g
+        ent += e
+        if step != 0.0:
+            if lane == 0 and bias != 0.0:
+                if ib >= 0:
+                    cuda.atomic.add(acc, ib, step * bias)
+                else:
+                    cuda.atomic.add(w, d, step * bias)
+            scatter_split(w, acc, hot_pos, step, lo, hi, lane, team, indices, values, has_values)
+        cuda.syncthreads()
+    pass_sums(out, lane, gap, ent)
 
 
 @cuda.jit
@@ -433,6 +516,7 @@ def choose_team(mean_nnz: float, block: int) -> int:
 
 KERNELS = {
     "cd_pass": cd_pass,
+    "cd_pass_hot": cd_pass_hot,
     "column_counts": column_counts,
     "chunk_objective": chunk_objective,
     "warm_start": warm_start,
@@ -459,6 +543,9 @@ def ptx_signatures():
         sigs.setdefault("cd_pass", []).append(
             chunk
             + (t.float64, t.float64, t.float64, f32, i32, f64, f64, i32, t.float64, t.int64, f64)
+        )
+        sigs.setdefault("cd_pass_hot", []).append(
+            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, f64, i32, t.int64, f64)
         )
         sigs.setdefault("chunk_objective", []).append(
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64)
