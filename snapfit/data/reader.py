@@ -381,7 +381,8 @@ class Dataset:
             if name not in names:
                 raise DataError(
                     f"{file}: has no column {name!r} (columns: {', '.join(names)}); name one of "
-                    "them, or keep the column when converting."
+                    "them, or score the raw table (CSV or Parquet of named columns) instead: a "
+                    "table model reads it with its other columns."
                 )
 
     def read_column(self, k: int, name: str) -> pa.Array:
