@@ -140,7 +140,8 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
             f"{est.early_stopping_rounds} epochs after epoch {kept})"
         )
     elif converged:
-        ended = f"{n_iter} (converged: relative gap {rec['rel_gap']:.2e} <= tol {est.tol:g})"
+        last = est.history_[-1]
+        ended = f"{n_iter} (converged: relative gap {last['rel_gap']:.2e} <= tol {est.tol:g})"
     else:
         last = est.history_[-1]
         ended = (
