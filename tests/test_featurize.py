@@ -177,3 +177,31 @@ def test_cli_predict_scores_raw_rows_and_passes_ids(table, criteo, tmp_path):
               "--id-column", "id")  # fmt: skip
     assert res.exit_code == 3 and "Criteo TSV has no named columns" in res.output
     assert not (tmp_path / "e.parquet").exists()
+
+
+def test_raw_scoring_memory_does_not_grow_with_the_file(table, tmp_path, monkeypatch):
+    """Scoring a CSV to Parquet holds one block of rows: the peak of Python and numpy memory
+    (tracemalloc; Arrow's reader is a streaming one, a block at a time) is the same for a file
+    eight times longer, and far below the file's size."""
+    import tracemalloc
+
+    from snapfit.datasets import table_io
+    from snapfit.scoring import predict_raw_to_parquet
+
+    d, df, models = table
+    monkeypatch.setattr(table_io, "CSV_BLOCK_BYTES", 1 << 16)
+    body = (d / "events.csv").read_text().split("\n", 1)[1]
+    header = "id,site,ad,price,clicked\n"
+    peaks = {}
+    for copies in (8, 64):
+        path = tmp_path / f"x{copies}.csv"
+        path.write_text(header + body * copies)
+        predict_raw_to_parquet(models["csv"], path, tmp_path / "warm.parquet")  # imports
+        tracemalloc.start()
+        rows = predict_raw_to_parquet(models["csv"], path, tmp_path / f"p{copies}.parquet")
+        peaks[copies] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        (tmp_path / "warm.parquet").unlink()
+        assert rows == copies * len(df)
+    size = (tmp_path / "x64.csv").stat().st_size
+    assert peaks[64] < 1.5 * peaks[8] + (1 << 20) and peaks[64] < size / 4, (peaks, size)
