@@ -181,7 +181,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
 @click.option("--scheduler", metavar="ADDRESS", default=None,
-              help="Train on a running Dask cluster (tcp://HOST:PORT).")  # fmt: skip
+              help="Train on a running Dask cluster (tcp://HOST:PORT); one that does not "
+              "answer within 10 s is an error (exit 4).")  # fmt: skip
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Train on a new local Dask cluster of N worker processes.")  # fmt: skip
 @JSON
