@@ -7,6 +7,7 @@ draws the curves. This module turns options into calls and results into text.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import warnings
@@ -66,7 +67,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
                 scheduler=scheduler, n_workers=workers, gpu=gpu,
                 timeout=CONNECT_TIMEOUT_S if scheduler else 60.0,
             ))  # fmt: skip
-        except OSError as e:  # distributed's connect timeout is an OSError too
+        except (OSError, asyncio.TimeoutError) as e:  # distributed's connect timeout
             if not scheduler:
                 raise
             raise ResourceError(
