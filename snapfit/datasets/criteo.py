@@ -28,6 +28,7 @@ from snapfit.datasets.criteo_hash import (
     N_CAT,
     N_FIELDS,
     N_INT,
+    cat_index,
     check_hash_bits,
     int_values,
     splitmix64,
@@ -480,6 +481,51 @@ class _Job(NamedTuple):
         return writer, n_bad + counter.n
 
 
+NAMES_PER_FIELD = 256  # tokens recorded per categorical field (see ``head_names``)
+_NAMES_BYTES = 1 << 22
+
+
+def head_names(path, labelled: bool, hash_bits: int) -> dict:
+    """The ``names`` metadata of a conversion: up to ``NAMES_PER_FIELD`` distinct tokens of
+    each categorical field ``Cc`` as ``"Cc=token"`` by feature index, taken from the file's
+    first 4 MB (frequent tokens show up early; the hot conversion path is left alone), and
+    the indices where recorded keys collide. The integer fields are ``I1..I13`` at 0..12."""
+    names: dict[int, str] = {}
+    collisions: set[int] = set()
+    text = head(path, _NAMES_BYTES)
+    text = text[: text.rfind(b"\n") + 1] if len(text) == _NAMES_BYTES else text
+    cols = (["label"] if labelled else []) + [f"I{j + 1}" for j in range(N_INT)]
+    cols += [f"C{c + 1}" for c in range(N_CAT)]
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(text),
+            read_options=pacsv.ReadOptions(column_names=cols, use_threads=False),
+            parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False,
+                                             invalid_row_handler=lambda row: "skip"),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(cols, pa.string()), strings_can_be_null=True,
+                include_columns=cols[-N_CAT:], check_utf8=False,
+            ),
+        )  # fmt: skip
+    except (pa.ArrowInvalid, OSError, EOFError):
+        table = None  # the conversion itself reports what is wrong with the file
+    for c in range(N_CAT if table is not None else 0):
+        seen = [t for t in pc.unique(table.column(c)).to_pylist() if t is not None]
+        tokens = [t for t in seen if _HEX_RE.fullmatch(t.encode())][:NAMES_PER_FIELD]
+        if not tokens:
+            continue
+        idx = cat_index(c, np.array([int(t, 16) for t in tokens], dtype=np.uint64), hash_bits)
+        for i, t in zip(idx.tolist(), tokens, strict=True):
+            key = f"C{c + 1}={t}"
+            if names.setdefault(i, key) != key:
+                collisions.add(i)
+    return {
+        "per_field": NAMES_PER_FIELD,
+        "keys": {str(i): k for i, k in sorted(names.items())},
+        "collisions": sorted(collisions),
+    }
+
+
 def convert_criteo(
     input,
     output,
@@ -520,6 +566,7 @@ def convert_criteo(
         "format": "criteo",
         "hash_bits": hash_bits,
         "transform": criteo_transform(hash_bits),
+        "names": head_names(path, labelled, hash_bits),
     }
     job = _Job(path, labelled, hash_bits, row_group_rows, skip_bad_rows, block_bytes, provenance)
     with atomic_output(out) as tmp:

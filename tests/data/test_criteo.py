@@ -203,3 +203,38 @@ def test_maker_is_seeded_prefix_stable_and_criteo_shaped():
     assert 25 < per_row.mean() < 39 and per_row.max() <= 39
     assert X.shape == (50_000, 1 << 18) and X.indices.max() < 1 << 18
     assert (X[:, [1]].toarray() == 0).any()  # I2 negatives map to log1p(0) = 0 entries
+
+
+def test_conversion_records_the_first_tokens_of_each_field_by_index(tmp_path, monkeypatch):
+    """``names``: up to NAMES_PER_FIELD tokens per categorical field from the file's head, each
+    at the index its rows carry, collisions flagged; a model names its weights with them."""
+    import pyarrow.parquet as pq
+
+    import snapfit
+    from snapfit.data.schema import decode_metadata
+    from snapfit.datasets import criteo, make_criteo_like_tsv
+
+    monkeypatch.setattr(criteo, "NAMES_PER_FIELD", 20)
+    make_criteo_like_tsv(tmp_path / "d.tsv", 400, seed=1)
+    convert_criteo(tmp_path / "d.tsv", tmp_path / "d.parquet", hash_bits=16)
+    names = decode_metadata(pq.ParquetFile(tmp_path / "d.parquet").metadata.metadata)["names"]
+    keys = {k: int(i) for i, k in names["keys"].items()}
+    per_field = {}
+    for k in keys:
+        per_field[k.split("=")[0]] = per_field.get(k.split("=")[0], 0) + 1
+    assert max(per_field.values()) <= 20 and len(per_field) > 10
+    chunk = Dataset(tmp_path / "d.parquet").read_chunk(0)
+    lines = (tmp_path / "d.tsv").read_text().splitlines()
+    checked = 0
+    for r, line in enumerate(lines):
+        fields = line.split("\t")[1:]
+        row = set(chunk.indices[chunk.indptr[r] : chunk.indptr[r + 1]].tolist())
+        for c in range(26):
+            key = f"C{c + 1}={fields[13 + c]}"
+            if fields[13 + c] and key in keys and keys[key] not in names["collisions"]:
+                assert keys[key] in row
+                checked += 1
+    assert checked > 100
+    est = snapfit.LogisticRegression(C=0.1).fit(tmp_path / "d.parquet")
+    named = [t["name"] for t in est.top_features(200) if t["name"]]
+    assert any(n.startswith("C") for n in named) and any(n.startswith("I") for n in named)
