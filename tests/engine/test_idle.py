@@ -7,6 +7,7 @@ time whatever the threads' speeds or the machine's load: the bounds below are ex
 """
 
 import threading
+import time
 import types
 
 import numpy as np
@@ -75,9 +76,9 @@ def _chunks(n_chunks=8, rows=4000, d=2000, seed=0):
                                      Devices(n_cpu=2, share_cpu=True)])  # fmt: skip
 def test_threads_waiting_on_a_slow_source_are_idle_and_fed_ones_are_not(devices, monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(
-        "snapfit.engine.trainer.time", types.SimpleNamespace(perf_counter=clock.perf_counter)
-    )
+    fake_time = types.SimpleNamespace(**vars(time))  # the real module but for perf_counter
+    fake_time.perf_counter = clock.perf_counter
+    monkeypatch.setattr("snapfit.engine.trainer.time", fake_time)
     chunks, d = _chunks()
     problem = Problem(n_features=d, c_pos=0.1, c_neg=0.1, tol=1e-12, max_iter=4, seed=0)
     fast = train(TimedSource(chunks, d, clock), problem, devices=devices).history
