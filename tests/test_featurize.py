@@ -205,3 +205,19 @@ def test_raw_scoring_memory_does_not_grow_with_the_file(table, tmp_path, monkeyp
         assert rows == copies * len(df)
     size = (tmp_path / "x64.csv").stat().st_size
     assert peaks[64] < 1.5 * peaks[8] + (1 << 20) and peaks[64] < size / 4, (peaks, size)
+
+
+def test_table_hasher_in_a_pipeline_equals_convert_then_fit(table):
+    from sklearn.pipeline import make_pipeline
+
+    d, df, models = table
+    X, y = df.drop(columns=["clicked"]), df["clicked"]
+    pipe = make_pipeline(
+        snapfit.TableHasher(categorical=["site", "ad"], numeric=["price"],
+                            crosses=[["site", "ad"]], hash_bits=14),
+        snapfit.LogisticRegression(C=1.0, random_state=0),
+    )  # fmt: skip
+    pipe.fit(X, y)
+    np.testing.assert_allclose(pipe[-1].coef_, models["parquet"].coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pipe.predict_proba(X), models["parquet"].predict_proba(df),
+                               rtol=0, atol=1e-9)  # fmt: skip
