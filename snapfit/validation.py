@@ -10,11 +10,12 @@ and one float per validation row for AUC), and keeps a copy of the best ``w``.
 
 Only an epoch whose relative duality gap is at most ``gap`` (``early_stopping_gap``, default
 ``DEFAULT_GAP``) can be kept or end the fit. Dual coordinate descent's early models are far from
-the optimum and their held-out scores are not monotone: on a9a with C=10, patience 2 kept a
-validation log loss of 0.443 and patience 5 one of 0.345 where the converged fit reached 0.326
-(measured); on Criteo-like rows an epoch with a gap of 0.06 scored better than the optimum by
-luck of the path. With the gate, early stopping chooses among models within about ``gap`` of
-the training optimum and saves the epochs from there to ``tol``.
+the optimum and their held-out scores are not monotone: in a user's run on a9a with C=10,
+patience 2 kept a validation log loss of 0.443 and patience 5 one of 0.345 where the converged
+fit reached 0.326; on the Criteo-like rows of ``tests/test_early_stopping.py`` an epoch with a
+gap of 0.06 scores better than the optimum, by luck of the path. With the gate, early stopping
+chooses among models within about ``gap`` of the training optimum and saves the epochs from
+there to ``tol``.
 """
 
 from __future__ import annotations
