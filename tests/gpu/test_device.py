@@ -97,4 +97,4 @@ def test_info_device_without_a_gpu_says_why_and_exits_0():
     assert run.exit_code == 0 and json.loads(run.output)["gpus"] == []
     for args in (["info"], ["info", "data.parquet", "--device"]):
         run = CliRunner().invoke(cli, args)
-        assert run.exit_code == 2 and "Give a dataset PATH, or --device" in run.output
+        assert run.exit_code == 2 and "Give a dataset or model PATH, or --device" in run.output

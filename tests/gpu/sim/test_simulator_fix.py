@@ -12,13 +12,19 @@ from numba.cuda.simulator import kernelapi
 import snapfit.solvers.gpu  # noqa: F401 - importing the kernels installs the fix
 
 
-def _allocate_from_threads(array, monkeypatch, n=8):
-    """``array(shared, 4, float64)`` from ``n`` threads started together, on one call line,
-    with the allocation slowed down so that every thread is inside it at once."""
+def _allocate_from_threads(array, monkeypatch, n=8, *, meet=False):
+    """``array(shared, 4, float64)`` from ``n`` threads started together, on one call line.
+    With ``meet`` every allocation waits until all ``n`` threads are inside one (a barrier: the
+    interleaving that races, forced, whatever the machine's load); without, each allocation is
+    merely slowed (a lookup that serializes them would never meet)."""
     real_empty = np.empty
+    inside = threading.Barrier(n, timeout=60)
 
     def slow_empty(*args, **kwargs):
-        time.sleep(0.02)
+        if meet:
+            inside.wait()
+        else:
+            time.sleep(0.02)
         return real_empty(*args, **kwargs)
 
     monkeypatch.setattr(np, "empty", slow_empty)
@@ -43,8 +49,9 @@ def test_the_patched_lookup_gives_every_thread_the_same_array(monkeypatch):
     patched = kernelapi.FakeCUDAShared.array
     assert patched.snapfit_locked  # installed when snapfit.solvers.gpu was imported
     assert len(_allocate_from_threads(patched, monkeypatch)) == 1
-    # numba's own lookup, under the same interleaving, hands out several "shared" arrays
-    assert len(_allocate_from_threads(patched.unlocked, monkeypatch)) > 1
+    # numba's own lookup, every thread inside the allocation at once, hands out one "shared"
+    # array per thread
+    assert len(_allocate_from_threads(patched.unlocked, monkeypatch, meet=True)) == 8
 
 
 def test_installing_twice_keeps_one_patch_and_dynamic_shared_memory_is_numbas():
