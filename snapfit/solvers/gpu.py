@@ -502,6 +502,22 @@ def row_sqnorms(indptr, indices, values, has_values, team, out):
             out[i] = s
 
 
+@cuda.jit
+def set_entries(w, ids, values):
+    """``w[ids[k]] = values[k]``: the hot step's new ``w_H`` into ``w`` between segments."""
+    k = cuda.grid(1)
+    if k < ids.shape[0]:
+        w[ids[k]] = values[k]
+
+
+@cuda.jit
+def get_entries(w, ids, out):
+    """``out[k] = w[ids[k]]``: ``w_H`` out of ``w`` for the hot step."""
+    k = cuda.grid(1)
+    if k < ids.shape[0]:
+        out[k] = w[ids[k]]
+
+
 def choose_team(mean_nnz: float, block: int) -> int:
     """Threads per row: the power of two nearest above the mean row length, in [4, block].
 
@@ -522,6 +538,8 @@ KERNELS = {
     "warm_start": warm_start,
     "decision_function": decision_function,
     "row_sqnorms": row_sqnorms,
+    "set_entries": set_entries,
+    "get_entries": get_entries,
 }
 
 
@@ -558,4 +576,6 @@ def ptx_signatures():
         )
         sigs.setdefault("row_sqnorms", []).append((i64, i32, vals, t.boolean, t.int64, f32))
     sigs["column_counts"] = [(i64, i32, i32, t.int64, i32)]
+    sigs["set_entries"] = [(f64, i64, f64)]
+    sigs["get_entries"] = [(f64, i64, f64)]
     return sigs

@@ -7,6 +7,7 @@ import pytest
 from numba import cuda
 
 from snapfit.datasets.criteo_like import make_criteo_like
+from snapfit.gpu.hybrid import DevicePass
 from snapfit.solvers import cpu, emulate, hybrid
 from snapfit.solvers import gpu as kernels
 
@@ -53,37 +54,33 @@ def test_one_block_equals_the_hybrid_emulator(bias):
     rows = np.random.default_rng(3).permutation(n)
 
     alpha, w, acc = np.zeros(n), np.zeros(d + 1), np.zeros(len(hot))
-    d_args = tuple(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args)
-    d_alpha, d_w = cuda.to_device(np.zeros(n)), cuda.to_device(np.zeros(d + 1))
-    d_acc, d_curv, d_pos = (cuda.to_device(a) for a in (np.zeros(len(hot)), curv, hot_pos))
+    dev = DevicePass(args, c, c, bias, curv, hot, hot_pos, d, (1, BLOCK, TEAM))
+    assert dev.tau == TAU
+    dev.epoch_rows(rows)
     sums = np.zeros(2)
     for s in range(nseg):
         lo, hi = s * seg, min(n, (s + 1) * seg)
-        part = rows[lo:hi]
-        want = hybrid.wave_pass(*args, c, c, bias, curv, alpha, w, hot_pos, acc, part, TAU, -1)
-        out = cuda.to_device(np.zeros(2))
-        kernels.cd_pass_hot[1, BLOCK](
-            *d_args, c, c, bias, d_curv, d_pos, d_alpha, d_w, d_acc,
-            cuda.to_device(part.astype(np.int32)), TEAM, out,
+        want = hybrid.wave_pass(
+            *args, c, c, bias, curv, alpha, w, hot_pos, acc, rows[lo:hi], TAU, -1
         )  # fmt: skip
-        got = out.copy_to_host()
+        got = dev.segment(lo, hi)
         np.testing.assert_allclose(got, want, rtol=1e-12)
         sums += got
         # the hot step between segments, on the host, from the device's accumulator
-        w_dev, acc_dev = d_w.copy_to_host(), d_acc.copy_to_host()
+        w_h, acc_dev = dev.hot_w()
         np.testing.assert_allclose(acc_dev, acc, rtol=1e-12, atol=1e-15)
-        assert np.array_equal(w_dev[hot], w[hot])  # rows never write the hot block
+        assert np.array_equal(w_h, w[hot])  # rows never write the hot block
         w[hot] = step(w[hot], acc, s, hi / n, True)
-        w_dev[hot] = w[hot]
-        d_w.copy_to_device(w_dev)
-    np.testing.assert_allclose(d_alpha.copy_to_host(), alpha, rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(d_w.copy_to_host(), w, rtol=1e-12, atol=1e-15)
+        dev.set_hot_w(w[hot])
+    d_alpha, d_w, d_acc = dev.sync()
+    np.testing.assert_allclose(d_alpha, alpha, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(d_w, w, rtol=1e-12, atol=1e-15)
     assert np.isfinite(sums).all() and sums[0] > 0  # the pass moved rows
     # the accumulator is v_H(alpha) of the moves made: the hybrid's exact sum
     a, cs = hybrid.unpacked(alpha, args[4], args[5], False, c, c)
-    np.testing.assert_allclose(
-        d_acc.copy_to_host(), hybrid.hot_vector(*hcsr, a * args[4], len(hot)), rtol=1e-10
-    )
+    np.testing.assert_allclose(d_acc, hybrid.hot_vector(*hcsr, a * args[4], len(hot)), rtol=1e-10)
+    dev.push(acc=np.zeros(len(hot)))
+    assert not dev.sync()[2].any()
 
 
 def test_without_hot_columns_it_is_cd_pass_with_the_same_curvature():
@@ -100,12 +97,14 @@ def test_without_hot_columns_it_is_cd_pass_with_the_same_curvature():
     results = []
     for hot in (True, False):
         d_alpha, d_w, out = (cuda.to_device(np.zeros(k)) for k in (n, d + 1, 2))
-        if hot:
-            kernels.cd_pass_hot[1, BLOCK](
-                *d_args, 0.5, 0.5, 1.0, cuda.to_device(curv),
-                cuda.to_device(np.full(d + 1, -1, np.int64)), d_alpha, d_w,
-                cuda.to_device(np.zeros(1)), cuda.to_device(rows), TEAM, out,
-            )  # fmt: skip
+        if hot:  # through DevicePass, with an empty hot set
+            no_hot = np.full(d + 1, -1, np.int64)
+            dev = DevicePass(args, 0.5, 0.5, 1.0, curv, [], no_hot, d, (1, BLOCK, TEAM))
+            dev.epoch_rows(rows)
+            out = cuda.to_device(np.array(dev.segment(0, n)))
+            assert [len(v) for v in dev.hot_w()] == [0, 0]
+            dev.set_hot_w(np.zeros(0))
+            d_alpha, d_w = dev.alpha, dev.w
         else:
             counts = emulate.column_counts(args[0], args[1], every, d).astype(np.int32)
             counts = cuda.to_device(counts)
