@@ -19,7 +19,8 @@ rows visited so far. The certificate stays exact: with ``w_S = v_S(alpha)`` (the
     P(w_S, w_H) - D(alpha) = sum_i g_i + 1/2 ||w_H - v_H(alpha)||^2,
 
 ``D`` the project's full dual and ``g_i`` the per-row gap ``dual.row_gap`` at the margin.
-``hybrid_certify`` holds what was tried to close that certificate's lag behind the primal.
+Its hot term lags the primal (the step keeps ``w_H - v_H = -f M (w_H - wbar)``, ``M`` large);
+``hybrid_certify`` adds, by default, a dual point corrected for that lag, which closes it.
 """
 
 from __future__ import annotations

@@ -127,3 +127,21 @@ def test_reduced_acceptance(criteo, tau):
         cap = 10 * r.epochs_to(1e-4)
         eso = emulate.run(args, sq, d, C, C, BIAS, tau, "eso", tol=1e-4, max_epochs=cap)
         assert not eso.converged
+
+
+def test_certify_only_options_leave_the_iterate(small):
+    """The lag-corrected dual point and the primal line search, for the certificate only: the
+    same ``alpha`` and ``w`` bit for bit, never a worse dual or primal; ``"keep"`` moves the
+    iterate and still certifies a gap >= 0."""
+    X, args, sq = small
+    d = X.shape[1]
+    kw = {"tol": 0.0, "max_epochs": 3, "p": 0.05, "hot_steps": 8}
+    off = hybrid.run(args, sq, d, 0.1, 0.1, 1.0, 64, dual=False, **kw)
+    on = hybrid.run(args, sq, d, 0.1, 0.1, 1.0, 64, dual=True, line=True, **kw)
+    assert np.array_equal(on.alpha, off.alpha) and np.array_equal(on.w, off.w)
+    assert np.all(np.asarray(on.duals) >= off.duals) and np.all(
+        np.asarray(on.primals) <= off.primals
+    )
+    assert on.gaps[-1] < 0.5 * off.gaps[-1]
+    keep = hybrid.run(args, sq, d, 0.1, 0.1, 1.0, 64, dual="keep", line="keep", **kw)
+    assert np.all(np.asarray(keep.gaps) >= 0) and not np.array_equal(keep.w, off.w)
