@@ -57,8 +57,9 @@ class DevicePass:
         """The epoch's visiting order, uploaded once."""
         self.rows = cuda.to_device(np.ascontiguousarray(rows, dtype=np.int32))
 
-    def segment(self, lo: int, hi: int) -> tuple[float, float]:
-        """Rows ``[lo, hi)`` of the epoch's order; their ``(gap, entropy)`` sums."""
+    def segment(self, lo: int, hi: int, seed: int = -1) -> tuple[float, float]:
+        """Rows ``[lo, hi)`` of the epoch's order; their ``(gap, entropy)`` sums. ``seed`` is
+        the emulator's order of adds; here the atomics land in the hardware's."""
         self.sums.copy_to_device(np.zeros(2))
         blocks = max(1, min(self.blocks, -(-(hi - lo) // (self.block // self.team))))
         with serial:

@@ -25,6 +25,7 @@ Its hot term lags the primal (the step keeps ``w_H - v_H = -f M (w_H - wbar)``, 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,6 +235,44 @@ class Trace(emulate.Run):
         return float(np.max(g[after:] / np.maximum(run_min[after:], 1e-300)))
 
 
+class HostPass:
+    """The emulator's side of a pass's contract with ``run`` (``snapfit.gpu.hybrid.DevicePass``
+    is a GPU's): ``alpha``, ``w`` and ``v_H``'s accumulator as host arrays; a segment is
+    ``wave_pass`` waves of ``tau`` rows, their updates added in a seeded order (as atomics
+    land); ``hot_w``/``set_hot_w`` give and take ``w_H``; ``sync`` and ``push`` are the arrays
+    themselves here."""
+
+    def __init__(self, args, c_pos, c_neg, bias, curv, hot, hot_pos, n_features, tau):
+        self.args, self.coef, self.tau = args, (c_pos, c_neg, bias), tau
+        self.curv, self.hot, self.hot_pos = curv, hot, hot_pos
+        self.alpha, self.w = np.zeros(len(args[4])), np.zeros(n_features + 1)
+        self.acc = np.zeros(len(hot))
+        self.rows = None
+
+    def epoch_rows(self, rows):
+        self.rows = rows
+
+    def segment(self, lo, hi, seed=-1):
+        return wave_pass(
+            *self.args, *self.coef, self.curv, self.alpha, self.w, self.hot_pos, self.acc,
+            self.rows[lo:hi], self.tau, seed,
+        )  # fmt: skip
+
+    def hot_w(self):
+        return self.w[self.hot], self.acc
+
+    def set_hot_w(self, values):
+        self.w[self.hot] = values
+
+    def sync(self):
+        return self.alpha, self.w, self.acc
+
+    def push(self, alpha=None, w=None, acc=None):
+        for own, new in ((self.alpha, alpha), (self.w, w), (self.acc, acc)):
+            if new is not None and new is not own:
+                own[:] = new
+
+
 class HotStep:
     """The ``alag`` step's state: ``M``'s eigenpairs (once per epoch) and the ``w_H`` that each
     segment of the last epoch read (for ``wbar``)."""
@@ -259,7 +298,8 @@ class HotStep:
 
 def run(
     args, sqnorm, n_features, c_pos, c_neg, bias, tau, *, tol, max_epochs, seed=0, p=None,
-    hot=None, hot_steps=HOT_STEPS, cap=HOT_CAP, line=False, dual=True,
+    hot=None, hot_steps=HOT_STEPS, cap=HOT_CAP, line=False, dual=True, device=None,
+    deadline=None,
 ):  # fmt: skip
     """Epochs of the hybrid pass over one chunk from ``alpha = 0`` until the certified relative
     gap is at most ``tol`` (``emulate.run``'s conventions: a fresh permutation each epoch from
@@ -267,7 +307,10 @@ def run(
     intercept); by default ``hot_columns`` at ``p`` (``hot_share(tau)``). ``line`` and ``dual``:
     ``hybrid_certify``'s primal line search and consistent dual point at the exact checks
     (``"keep"``: the iterate takes them too). With no hot column and ``tau = 1`` every epoch is
-    ``cpu.cd_pass`` bit for bit."""
+    ``cpu.cd_pass`` bit for bit. ``device``: makes the pass's state from ``(args, c_pos,
+    c_neg, bias, curv, hot, hot_pos, n_features)`` (e.g. ``snapfit.gpu.hybrid.DevicePass``
+    with a launch of ``tau`` rows in flight) instead of the emulator's ``HostPass``;
+    ``deadline``: a ``time.perf_counter()`` after which no epoch starts."""
     from snapfit.solvers import hybrid_certify as cert
 
     indptr, indices, values, has_values, y, weight, has_weight = args
@@ -289,26 +332,31 @@ def run(
     tau = max(1, min(int(tau), n))
     seg = n if nh == 0 else tau * max(1, round(n / (hot_steps * tau)))
     nseg = -(-n // seg)
-    alpha, w, acc = np.zeros(n), np.zeros(d + 1), np.zeros(nh)
+    state = (args, c_pos, c_neg, bias, curv, hot, hot_pos, d)
+    engine = HostPass(*state, tau) if device is None else device(*state)
+    alpha, w, acc = engine.sync()
     step = HotStep(hcsr, nh, nseg)
     out = Trace([], np.inf, False, n_hot=nh, segments=nseg, alpha=alpha, w=w)
     for epoch in range(max_epochs):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         rows = rng.permutation(n)
+        engine.epoch_rows(rows)
         a, cs = unpacked(alpha, y, weight, has_weight, c_pos, c_neg)
         if nh:
             step.refresh(0.25 * cs if epoch == 0 else a * (cs - a) / np.where(cs > 0, cs, 1.0))
         for s in range(nseg):
             lo, hi = s * seg, min(n, (s + 1) * seg)
             wave_seed = epoch if nseg == 1 else epoch * nseg + s
-            wave_pass(
-                *args, c_pos, c_neg, bias, curv, alpha, w, hot_pos, acc, rows[lo:hi], tau,
-                wave_seed,
-            )  # fmt: skip
+            engine.segment(lo, hi, wave_seed)
             if nh:
                 f = hi / n if epoch == 0 else 1.0
-                w[hot] = step(w[hot], acc, s, f, epoch == 0)
+                engine.set_hot_w(step(*engine.hot_w(), s, f, epoch == 0))
+        alpha, w, acc = engine.sync()
+        out.alpha, out.w = alpha, w
         a, cs = unpacked(alpha, y, weight, has_weight, c_pos, c_neg)
         acc[:] = hot_vector(*hcsr, a * y, nh)  # exact v_H: no rounding drift kept
+        engine.push(acc=acc)
         check = cert.exact_check(args, c_pos, c_neg, bias, alpha, w, hot, acc)
         out.identity.append(check.identity)
         out.hot.append(check.hot)
@@ -317,6 +365,8 @@ def run(
                 check, args, c_pos, c_neg, bias, alpha, w, hot, hot_pos, acc, hcsr, a, cs,
                 rows, seg, step.ring, line, dual,
             )  # fmt: skip
+            if "keep" in (line, dual):  # the iterate moved on the host
+                engine.push(alpha=alpha, w=w, acc=acc)
         out.duals.append(check.dual)
         out.primals.append(check.primal)
         out.gaps.append(check.primal - check.dual)

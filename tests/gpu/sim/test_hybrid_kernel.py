@@ -115,3 +115,22 @@ def test_without_hot_columns_it_is_cd_pass_with_the_same_curvature():
         results.append([a.copy_to_host() for a in (d_alpha, d_w, out)])
     for got, want in zip(*results, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_hybrid_run_on_the_device_follows_the_emulator():
+    """``hybrid.run`` with its passes on the device (one block: a wave of ``TAU`` rows) takes
+    the emulator's epochs: the same certified gaps, primal and duals up to the order in which
+    a wave's updates are added."""
+    from functools import partial
+
+    args, d = _problem(n=96, seed=2)
+    sq = np.zeros(len(args[4]), np.float32)
+    cpu.row_sqnorms(*args[:4], sq)
+    common = dict(tol=1e-6, max_epochs=3, p=0.1, hot_steps=4)
+    want = hybrid.run(args, sq, d, 0.5, 0.5, 1.0, TAU, **common)
+    device = partial(DevicePass, launch=(1, BLOCK, TEAM))
+    got = hybrid.run(args, sq, d, 0.5, 0.5, 1.0, TAU, device=device, **common)
+    assert got.n_hot == want.n_hot >= 4 and got.segments == want.segments > 1
+    for key in ("primals", "duals", "gaps"):
+        np.testing.assert_allclose(getattr(got, key), getattr(want, key), rtol=1e-9)
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-9, atol=1e-12)
