@@ -17,7 +17,9 @@ short of time measures less and says so (``degraded``):
 3. ``link``: host->device GB/s from pinned memory; a fit streamed through the unit's slots
    against the same fit all resident: epoch time vs max(copy, kernel);
 4. ``convergence``: epochs to relative gap 1e-4 at the default launch and 4x its rows in
-   flight, against ``snapfit.solvers.emulate`` at the same tau on the same rows;
+   flight, against ``snapfit.solvers.emulate`` at the same tau on the same rows; and the
+   hybrid (hot columns as a primal block, ``cd_pass_hot``) at 4x on the GPU against
+   ``snapfit.solvers.hybrid``: its epochs and seconds beside the safe step's;
 5. ``product``: time to 1e-4 for GPU alone, GPU + CPU residue, CPU threads alone (all cores), in
    memory and out of core from Parquet under a host budget below the data; and ``env``:
    versions, driver, ``snapfit info --device``.

@@ -513,6 +513,24 @@ def _emulated_epochs(args, sq, d, tau, max_epochs, deadline, seed):
     return _trajectory(duals, gaps, time.perf_counter() - t0)
 
 
+def _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline):
+    """``hybrid.run`` at ``lp``'s rows in flight: its passes on the GPU (``DevicePass``) or in
+    the emulator; the certified gap each epoch."""
+    from functools import partial
+
+    from snapfit.gpu.hybrid import DevicePass
+    from snapfit.solvers import hybrid
+
+    device = partial(DevicePass, launch=(lp.blocks, lp.block, lp.team)) if on_gpu else None
+    t0 = time.perf_counter()
+    run = hybrid.run(args, sq, d, C, C, BIAS, lp.rows_in_flight, tol=TOL,
+                     max_epochs=max_epochs, seed=1, device=device, deadline=deadline)  # fmt: skip
+    gaps = [g / abs(p) for g, p in zip(run.gaps, run.primals, strict=True)]
+    r = _trajectory(run.duals, gaps, time.perf_counter() - t0)
+    r.update({"n_hot": run.n_hot, "segments": run.segments})
+    return r
+
+
 def _trajectory(duals, gaps, seconds) -> dict:
     d = np.asarray(duals)
     drops = int(np.sum(d[1:] < d[:-1] - 1e-12 * np.abs(d[:-1]))) if len(d) > 1 else 0
@@ -542,12 +560,17 @@ def section_convergence(out: Out, rows: int) -> None:
     out.save()
     jobs = [(name, lp, who) for name, lp in (("default", base), ("4x rows in flight", big))
             for who in ("gpu", "emulator")]  # fmt: skip
+    # Hot columns as a primal block (issue: rows in flight that share only sparse columns):
+    # the hybrid on the GPU against its emulator at the larger launch's tau.
+    jobs += [("4x rows in flight", big, who) for who in ("gpu hybrid", "emulator hybrid")]
     for i, (name, lp, who) in enumerate(jobs):
         deadline = time.perf_counter() + out.left() / (len(jobs) - i)
         if who == "gpu":
             r = _gpu_epochs(dc, args, lp, max_epochs, deadline, seed=i)
-        else:
+        elif who == "emulator":
             r = _emulated_epochs(args, sq, d, lp.rows_in_flight, max_epochs, deadline, seed=i)
+        else:
+            r = _hybrid_epochs(args, sq, d, lp, who == "gpu hybrid", max_epochs, deadline)
         r.update({"launch": name, "who": who, "tau": lp.rows_in_flight, **launch_dict(lp)})
         if not r["reached"] and r["epochs"] < max_epochs and r["finite"]:
             out.degrade(f"time: {who} at {name} stopped after {r['epochs']} epochs")

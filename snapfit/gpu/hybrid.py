@@ -75,7 +75,7 @@ class DevicePass:
         if not self.nh:
             return np.zeros(0), np.zeros(0)
         with serial:
-            kernels.get_entries[self._grid(), THREADS](self.w, self.hot, self.hot_out)
+            kernels.get_entries[self._grid(), self._threads()](self.w, self.hot, self.hot_out)
         return self.hot_out.copy_to_host(), self.acc.copy_to_host()
 
     def set_hot_w(self, values: np.ndarray) -> None:
@@ -83,10 +83,13 @@ class DevicePass:
         if self.nh:
             self.hot_out.copy_to_device(np.ascontiguousarray(values, dtype=np.float64))
             with serial:
-                kernels.set_entries[self._grid(), THREADS](self.w, self.hot, self.hot_out)
+                kernels.set_entries[self._grid(), self._threads()](self.w, self.hot, self.hot_out)
+
+    def _threads(self) -> int:
+        return min(THREADS, self.nh)
 
     def _grid(self) -> int:
-        return -(-self.nh // THREADS)
+        return -(-self.nh // self._threads())
 
     def sync(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(alpha, w, acc)`` on the host."""
