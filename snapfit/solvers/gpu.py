@@ -180,6 +180,19 @@ def row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg):
 
 
 @_device
+def pass_row(p, rows, indptr, y, weight, has_weight, c_pos, c_neg):
+    """Row ``rows[p]`` of a pass: ``(valid, i, C_i, lo, hi)`` as ``row_span`` gives them. A
+    ``p`` past the pass's end is not ``valid`` (a team without a row, still looping for the
+    block's barriers)."""
+    valid = p < rows.shape[0]
+    i = 0
+    if valid:
+        i = rows[p]
+    c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
+    return valid, i, c, lo, hi
+
+
+@_device
 def scatter(w, step, lo, hi, lane, team, indices, values, has_values):
     """``w[indices[k]] += step * values[k]``, atomically, over this lane's share of ``[lo, hi)``."""
     if has_values:
@@ -235,12 +248,9 @@ def cd_pass(
     gap = 0.0
     ent = 0.0
     for it in range(n_iter):
-        p = first + it * stride
-        valid = p < n
-        i = 0
-        if valid:
-            i = rows[p]
-        c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
+        valid, i, c, lo, hi = pass_row(
+            first + it * stride, rows, indptr, y, weight, has_weight, c_pos, c_neg
+        )
         x, u = partial_dot_overlap(
             lo, hi, lane, team, indices, values, has_values, w, counts, tau > 1
         )
@@ -330,12 +340,9 @@ def cd_pass_hot(
     gap = 0.0
     ent = 0.0
     for it in range(n_iter):
-        p = first + it * stride
-        valid = p < n
-        i = 0
-        if valid:
-            i = rows[p]
-        c, lo, hi = row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg)
+        valid, i, c, lo, hi = pass_row(
+            first + it * stride, rows, indptr, y, weight, has_weight, c_pos, c_neg
+        )
         x = partial_dot(lo, hi, lane, team, indices, values, has_values, w)
         if lane == 0 and c > 0.0:
             x += w[d] * bias
