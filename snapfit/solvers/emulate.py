@@ -28,6 +28,30 @@ RULES = ("plain", "eso", "bound", "cocoa")
 
 
 @njit(nogil=True, cache=True)
+def read_wave(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, curv, alpha, w, wave, sigma, steps, gap, ent,
+):  # fmt: skip
+    """The read phase of one wave: every row of ``wave`` takes THE scalar update against the
+    same ``w`` and leaves its step ``sigma delta y_i`` in ``steps`` (0 for a row that does not
+    move); ``(gap, ent)`` come back with the wave's terms added, row by row."""
+    for u in range(len(wave)):
+        i = wave[u]
+        yi = y[i]
+        c = cpu.row_bound(i, y, weight, has_weight, c_pos, c_neg)
+        steps[u] = 0.0
+        if c <= 0.0:
+            continue
+        dot = cpu.row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
+        s_new, delta, g, e = cpu.row_update(sigma * curv[i], yi * dot, alpha[i], c)
+        alpha[i] = s_new
+        gap += g
+        ent += e
+        steps[u] = sigma * delta * yi
+    return gap, ent
+
+
+@njit(nogil=True, cache=True)
 def wave_pass(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, curv, alpha, w, rows, sigma, tau, seed,
@@ -49,19 +73,10 @@ def wave_pass(
     order = np.arange(tau)
     for start in range(0, n, tau):
         m = min(tau, n - start)
-        for u in range(m):  # read phase: every row of the wave sees the same w
-            i = rows[start + u]
-            yi = y[i]
-            c = cpu.row_bound(i, y, weight, has_weight, c_pos, c_neg)
-            steps[u] = 0.0
-            if c <= 0.0:
-                continue
-            dot = cpu.row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
-            s_new, delta, g, e = cpu.row_update(sigma * curv[i], yi * dot, alpha[i], c)
-            alpha[i] = s_new
-            gap += g
-            ent += e
-            steps[u] = sigma * delta * yi
+        gap, ent = read_wave(
+            indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias,
+            curv, alpha, w, rows[start : start + m], sigma, steps, gap, ent,
+        )  # fmt: skip
         if seed >= 0:
             np.random.shuffle(order[:m])
         for u in range(m):  # add phase

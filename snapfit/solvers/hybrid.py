@@ -123,19 +123,10 @@ def wave_pass(
     order = np.arange(tau)
     for start in range(0, n, tau):
         m = min(tau, n - start)
-        for u in range(m):
-            i = rows[start + u]
-            yi = y[i]
-            c = cpu.row_bound(i, y, weight, has_weight, c_pos, c_neg)
-            steps[u] = 0.0
-            if c <= 0.0:
-                continue
-            dot = cpu.row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
-            s_new, delta, g, e = cpu.row_update(1.0 * curv[i], yi * dot, alpha[i], c)
-            alpha[i] = s_new
-            gap += g
-            ent += e
-            steps[u] = 1.0 * delta * yi
+        gap, ent = emulate.read_wave(
+            indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias,
+            curv, alpha, w, rows[start : start + m], 1.0, steps, gap, ent,
+        )  # fmt: skip
         if seed >= 0:
             np.random.shuffle(order[:m])
         for u in range(m):
