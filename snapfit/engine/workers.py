@@ -295,12 +295,11 @@ class ThreadGroup:
 
         for q in self._queues:
             q.put(job)
-        try:
-            wait_event(ready, what or _name(fn))
-        except StallError as e:
-            self._stuck = True
-            late = [self._threads[t].name for t, box in enumerate(boxes) if not box]
-            raise StallError(f"{', '.join(late)}: {e}") from None
+
+        def late():
+            return [th.name for th, box in zip(self._threads, boxes, strict=True) if not box]
+
+        self._wait(ready, what or _name(fn), late)
         for box in boxes:
             if box[0][1] is not None:
                 raise box[0][1]
@@ -427,13 +426,16 @@ class ThreadGroup:
         if self._stuck:
             raise StallError("a unit's thread stalled earlier in this fit; it takes no more work.")
 
-    def _wait(self, event: threading.Event, what: str) -> None:
-        """``wait_event`` that marks the group stuck when it times out."""
+    def _wait(self, event: threading.Event, what: str, late=None) -> None:
+        """``wait_event`` that marks the group stuck when it times out; ``late()`` names the
+        threads still working, put before the message."""
         try:
             wait_event(event, what)
-        except StallError:
+        except StallError as e:
             self._stuck = True
-            raise
+            if late is None:
+                raise
+            raise StallError(f"{', '.join(late())}: {e}") from None
 
     def _wait_progress(self, finished, remaining, per_unit, lock) -> None:
         """Wait for the pass's end while items keep completing: ``StallError`` naming the
@@ -455,5 +457,5 @@ class ThreadGroup:
     def close(self) -> None:
         for q in self._queues:
             q.put(None)
-        for th in self._threads:  # a stalled thread is a daemon: left behind, not joined
-            th.join(stall_timeout() if self._stuck else None)
+        for th in self._threads:  # a stalled thread is a daemon: left behind, not waited for
+            th.join(0.0 if self._stuck else None)
