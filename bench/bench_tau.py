@@ -43,10 +43,11 @@ DEVICES = {
 }
 
 
-def criteo_args(rows: int, hash_bits: int, sparse_only: bool):
-    """Kernel arguments, row norms and the intercept's feature value of a Criteo-like set."""
+def criteo_args(rows: int, hash_bits: int, sparse_only: bool, intercept: bool = True):
+    """Kernel arguments, row norms and the intercept's feature value of a Criteo-like set
+    (``bench.sets``' ``criteo-like`` rows at ``hash_bits=20``)."""
     X, y = make_criteo_like(rows, seed=0, hash_bits=hash_bits)
-    bias = 1.0
+    bias = 1.0 if intercept else 0.0
     if sparse_only:
         X = X.tocsr()
         X = X[:, 13:]  # the 13 integer fields are columns 0..12; the intercept goes too
@@ -61,9 +62,10 @@ def criteo_args(rows: int, hash_bits: int, sparse_only: bool):
 
 
 def sweep(
-    rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid_kw=None, eso_epochs=None
-):
-    args, sq, d, bias = criteo_args(rows, hash_bits, sparse_only)
+    rows, hash_bits, cs, taus, rules, tol, max_epochs, sparse_only, hybrid_kw=None, eso_epochs=None,
+    intercept=True,
+):  # fmt: skip
+    args, sq, d, bias = criteo_args(rows, hash_bits, sparse_only, intercept)
     cells = []
     for c in cs:
         t0 = time.perf_counter()
@@ -156,6 +158,9 @@ def main(argv=None):
     ap.add_argument("--max-epochs", type=int, default=50_000)
     ap.add_argument("--sparse-only", action="store_true")
     ap.add_argument("--eso-epochs", type=int, help="cap on the safe rules' epochs at tau > 1")
+    ap.add_argument("--cap", type=int, default=hybrid.HOT_CAP, help="hot columns at most")
+    ap.add_argument("--m-rows", type=int, help="hybrid: M from this many rows (default all)")
+    ap.add_argument("--no-intercept", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     print(
@@ -165,7 +170,8 @@ def main(argv=None):
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     flag = {"off": False, "on": True, "keep": "keep"}
-    hybrid_kw = {"hot_steps": a.hot_steps, "p": a.p, "line": flag[a.line], "dual": flag[a.dual]}
+    hybrid_kw = {"hot_steps": a.hot_steps, "p": a.p, "line": flag[a.line], "dual": flag[a.dual],
+                 "cap": a.cap, "m_rows": a.m_rows}  # fmt: skip
     cells = sweep(
         a.rows,
         a.hash_bits,
@@ -177,6 +183,7 @@ def main(argv=None):
         a.sparse_only,
         hybrid_kw,
         a.eso_epochs,
+        not a.no_intercept,
     )
     model = {dev: gpu_epoch_model(device=dev) for dev in DEVICES}
     for dev, m in model.items():

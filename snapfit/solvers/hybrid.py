@@ -168,6 +168,15 @@ def hot_gram(h_indptr, h_pos, h_val, coef, nh):
     return out
 
 
+def sub_rows(h_indptr, h_pos, h_val, rows):
+    """The hot CSR of ``rows`` only (in that order)."""
+    counts = h_indptr[rows + 1] - h_indptr[rows]
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    take = np.repeat(h_indptr[rows] - indptr[:-1], counts) + np.arange(indptr[-1])
+    return indptr, h_pos[take], h_val[take]
+
+
 @njit(nogil=True, cache=True)
 def hot_vector(h_indptr, h_pos, h_val, coef, nh):
     """``sum_i coef_i x_iH``: ``v_H(alpha)`` exactly with ``coef = alpha * y``."""
@@ -216,6 +225,7 @@ class Trace(emulate.Run):
     identity: list[float] = field(default_factory=list)
     n_hot: int = 0
     segments: int = 1
+    seconds: list[float] = field(default_factory=list)  # each epoch's pass and hot steps
     alpha: np.ndarray | None = None
     w: np.ndarray | None = None
 
@@ -293,23 +303,25 @@ def alag(q, lam, w_h, v_h, wbar, f):
     plain loops: NumPy's ``@`` goes to a multi-threaded BLAS whose threads spin after each of
     these small products, which made a 20k-row fit 40x slower on a loaded 2-core machine."""
     nh = len(lam)
+    u = w_h - wbar
     t = np.zeros(nh)
-    for k in range(nh):  # t = f diag(lam) Q^T (w_H - wbar)
-        acc = 0.0
-        for j in range(nh):
-            acc += q[j, k] * (w_h[j] - wbar[j])
-        t[k] = f * lam[k] * acc
+    for j in range(nh):  # t = f diag(lam) Q^T (w_H - wbar); rows of Q in the inner loop
+        for k in range(nh):
+            t[k] += q[j, k] * u[j]
+    for k in range(nh):
+        t[k] *= f * lam[k]
     g = w_h - v_h
     for j in range(nh):  # g += Q t
         acc = 0.0
         for k in range(nh):
             acc += q[j, k] * t[k]
         g[j] += acc
-    for k in range(nh):  # t = Q^T g / (1 + f lam)
-        acc = 0.0
-        for j in range(nh):
-            acc += q[j, k] * g[j]
-        t[k] = acc / (1.0 + f * lam[k])
+    t[:] = 0.0
+    for j in range(nh):  # t = Q^T g / (1 + f lam)
+        for k in range(nh):
+            t[k] += q[j, k] * g[j]
+    for k in range(nh):
+        t[k] /= 1.0 + f * lam[k]
     out = w_h.copy()
     for j in range(nh):
         acc = 0.0
@@ -336,7 +348,7 @@ def _one_blas_thread(fn):
 def run(
     args, sqnorm, n_features, c_pos, c_neg, bias, tau, *, tol, max_epochs, seed=0, p=None,
     hot=None, hot_steps=HOT_STEPS, cap=HOT_CAP, line=False, dual=True, device=None,
-    deadline=None,
+    deadline=None, m_rows=None,
 ):  # fmt: skip
     """Epochs of the hybrid pass over one chunk from ``alpha = 0`` until the certified relative
     gap is at most ``tol`` (``emulate.run``'s conventions: a fresh permutation each epoch from
@@ -347,7 +359,10 @@ def run(
     ``cpu.cd_pass`` bit for bit. ``device``: makes the pass's state from ``(args, c_pos,
     c_neg, bias, curv, hot, hot_pos, n_features)`` (e.g. ``snapfit.gpu.hybrid.DevicePass``
     with a launch of ``tau`` rows in flight) instead of the emulator's ``HostPass``;
-    ``deadline``: a ``time.perf_counter()`` after which no epoch starts."""
+    ``deadline``: a ``time.perf_counter()`` after which no epoch starts. ``m_rows``: ``M``
+    from that many rows drawn once (scaled by ``n / m_rows``) instead of all ``n``: its
+    ``|H|^2``-per-row sum costs some ten passes otherwise. ``Trace.seconds``: each epoch's
+    pass, hot steps and ``M``, the exact check left out."""
     from snapfit.solvers import hybrid_certify as cert
 
     indptr, indices, values, has_values, y, weight, has_weight = args
@@ -372,16 +387,22 @@ def run(
     state = (args, c_pos, c_neg, bias, curv, hot, hot_pos, d)
     engine = HostPass(*state, tau) if device is None else device(*state)
     alpha, w, acc = engine.sync()
-    step = HotStep(hcsr, nh, nseg)
+    m_hcsr, m_of, m_scale = hcsr, every, 1.0
+    if m_rows is not None and 0 < int(m_rows) < n:
+        m_of = np.sort(np.random.default_rng([seed, 1]).choice(n, int(m_rows), replace=False))
+        m_hcsr, m_scale = sub_rows(*hcsr, m_of), n / int(m_rows)
+    step = HotStep(m_hcsr, nh, nseg)
     out = Trace([], np.inf, False, n_hot=nh, segments=nseg, alpha=alpha, w=w)
     for epoch in range(max_epochs):
         if deadline is not None and time.perf_counter() > deadline:
             break
+        t0 = time.perf_counter()
         rows = rng.permutation(n)
         engine.epoch_rows(rows)
         a, cs = unpacked(alpha, y, weight, has_weight, c_pos, c_neg)
         if nh:
-            step.refresh(0.25 * cs if epoch == 0 else a * (cs - a) / np.where(cs > 0, cs, 1.0))
+            coef = 0.25 * cs if epoch == 0 else a * (cs - a) / np.where(cs > 0, cs, 1.0)
+            step.refresh(m_scale * coef[m_of])
         for s in range(nseg):
             lo, hi = s * seg, min(n, (s + 1) * seg)
             wave_seed = epoch if nseg == 1 else epoch * nseg + s
@@ -389,6 +410,7 @@ def run(
             if nh:
                 f = hi / n if epoch == 0 else 1.0
                 engine.set_hot_w(step(*engine.hot_w(), s, f, epoch == 0))
+        out.seconds.append(time.perf_counter() - t0)
         alpha, w, acc = engine.sync()
         out.alpha, out.w = alpha, w
         a, cs = unpacked(alpha, y, weight, has_weight, c_pos, c_neg)
