@@ -139,12 +139,14 @@ class Part:
         self.chunk = concat_chunks(chunks)  # its source is made by start(), with n_features
 
     def _open_parquet(self, dataset, kept, budget: int, chunk_rows) -> None:
-        from snapfit.stream.choose import resident_peak_nbytes
+        from snapfit.stream.plan import resident_peak_nbytes
+        from snapfit.stream.stats import DataStats
 
         share = share_of(dataset, self.ids)
         self.rows = [ref.n_rows for ref in share.chunks]
         budget -= EXTRA_BYTES_PER_ROW * sum(self.rows)
-        if not share.files or resident_peak_nbytes(share, self.devices.n_units) <= budget:
+        stats = DataStats.read(share, sample=False)
+        if not share.files or resident_peak_nbytes(stats, self.devices.n_units) <= budget:
             chunks = []
             for j, k in enumerate(self.ids):
                 if k in kept:

@@ -40,8 +40,9 @@ class ParquetPieces(PieceStore):
 
     mode = "parquet"
 
-    def __init__(self, dataset, pieces: Pieces, directory: str):
-        super().__init__(dataset, pieces, directory)
+    def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool],
+                 stored=()):  # fmt: skip
+        super().__init__(dataset, pieces, directory, flags, stored)
         self.row_off = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum(pieces.rows, out=self.row_off[1:])
         self.norms = DiskArray(os.path.join(self._dir, "sqnorm.f32"), self.row_off[-1], np.float32)
