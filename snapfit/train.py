@@ -178,10 +178,19 @@ def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Tra
         devices = replace(devices, n_cpu=0)
     state = source.make_state()
     try:
-        return Trainer(source, problem, state, devices)
+        return Trainer(source, problem, state, devices, gpu_unit=_gpu_unit(devices))
     except BaseException:
         state.close()
         raise
+
+
+def _gpu_unit(devices: Devices):
+    """The GPU unit factory for the trainer (imported only when there are GPUs)."""
+    if not devices.gpu_ids:
+        return None
+    from snapfit.gpu.unit import GpuUnit
+
+    return GpuUnit
 
 
 def _checkpointer(spec: Checkpoints, source, problem, devices) -> Checkpointer:

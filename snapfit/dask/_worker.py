@@ -28,9 +28,8 @@ import time
 import numpy as np
 
 from snapfit.dask import _kernels
-from snapfit.data.chunk import Chunk
+from snapfit.data.chunk import Chunk, concat_chunks, split_rows
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer
-from snapfit.engine.source import concat_chunks, split_rows
 from snapfit.solvers import cpu
 from snapfit.train import make_trainer, open_dataset, resolve_budget, resolve_devices
 

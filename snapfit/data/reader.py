@@ -241,16 +241,6 @@ class Dataset:
         self._local = threading.local()
         self._plan(n_features, require_labels)
 
-    @classmethod
-    def from_arrays(cls, X, y=None, weight=None, *, chunk_rows=None, n_features=None):
-        """An in-memory dataset over numpy / scipy.sparse arrays with the same interface.
-
-        See :class:`snapfit.data.ArrayDataset`.
-        """
-        from snapfit.data.memory import ArrayDataset
-
-        return ArrayDataset(X, y, weight, chunk_rows=chunk_rows, n_features=n_features)
-
     def _plan(self, n_features, require_labels):
         chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
         self.metadata: dict[str, object] = {}

@@ -25,11 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snapfit.data.chunk import Chunk
+from snapfit.data.chunk import Chunk, concat_chunks
 from snapfit.data.fs import parquet_file
 from snapfit.data.reader import decode_table
 from snapfit.data.schema import INDICES, LABEL, VALUES, WEIGHT
-from snapfit.engine.source import concat_chunks
 from snapfit.errors import DataError
 from snapfit.solvers.cpu import count_columns, row_sqnorms
 

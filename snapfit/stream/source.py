@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine.checkpoint import dataset_fingerprint
+from snapfit.data.fingerprint import dataset_fingerprint
 from snapfit.engine.source import ChunkSource, Layout
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
