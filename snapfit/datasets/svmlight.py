@@ -25,11 +25,6 @@ from snapfit.datasets.textio import open_binary, read_error
 from snapfit.errors import DataError
 
 
-def _lines(block: bytes) -> list[bytes]:
-    """Lines of a block that hold a row (not blank, not only a comment), as scikit-learn sees."""
-    return [ln for ln in block.split(b"\n") if ln.split(b"#", 1)[0].split()]
-
-
 def _blocks(path, block_bytes: int):
     """(first line number, bytes) of whole-line blocks of the (decompressed) file."""
     line, rest = 1, b""

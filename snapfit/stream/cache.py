@@ -161,8 +161,6 @@ class PieceStore:
         Stored bytes of every row group (``DataStats.rg_stored``), for the first pass's rate.
     """
 
-    mode = "base"
-
     def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool],
                  stored=()):  # fmt: skip
         self.dataset = dataset
@@ -232,8 +230,6 @@ class PieceCache(PieceStore):
     ``need``: the cache's estimated bytes (``snapfit.stream.plan.cache_bytes``), checked
     against the free space before the first pass.
     """
-
-    mode = "cache"
 
     def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool], *,
                  compact: bool = True, code: np.ndarray | None = None,

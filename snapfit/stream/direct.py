@@ -38,8 +38,6 @@ class _Stopped(Exception):
 class ParquetPieces(PieceStore):
     """Piece records decoded from Parquet each epoch; see the module docstring."""
 
-    mode = "parquet"
-
     def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool],
                  stored=()):  # fmt: skip
         super().__init__(dataset, pieces, directory, flags, stored)
