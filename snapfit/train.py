@@ -115,54 +115,79 @@ def resolve_budget(memory_budget, *, limit: int | None = None) -> int:
     return budget if not limit else min(budget, int(limit) // 2)
 
 
-def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0):
+def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0,
+                 plan=None):  # fmt: skip
     """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed.
-    The one place a fit decides (``snapfit.stream.plan.plan_stream``); a Dask worker's part
-    calls it on its share."""
-    return stream_dataset(dataset, budget, n_units=devices.n_units, chunk_rows=chunk_rows,
-                          seed=seed, hot=devices.shares_cpu, allow_resident=True)  # fmt: skip
+    ``plan``: the ``plan_dataset`` already made for it (a Dask part plans first, to keep a
+    resident share's rows for a next generation)."""
+    if plan is None:
+        plan = plan_dataset(dataset, budget, n_units=devices.n_units, chunk_rows=chunk_rows,
+                            hot=devices.shares_cpu, allow_resident=True)  # fmt: skip
+    return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed)
 
 
 def stream_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
                    seed: int = 0, mode=None, cache_format=None, cache_dir=None,
                    hot: bool = False, allow_resident: bool = False):  # fmt: skip
-    """Read the data's statistics once, plan, and open the planned source: a ``StreamSource``,
-    or with ``allow_resident`` a ``ResidentSource`` when the data fits ``budget``. ``mode`` /
-    ``cache_format`` default to ``SNAPFIT_STREAM`` / ``SNAPFIT_CACHE_FORMAT``, else "auto".
-    ``hot``: threads sharing ``w`` train on it; their hot set is chosen here, before the first
-    pass, so that the cache stores their ids (``snapfit.engine.shared``)."""
-    import logging
+    """``plan_dataset`` then ``open_planned``: a ``StreamSource``, or with ``allow_resident`` a
+    ``ResidentSource`` when the data fits ``budget``."""
+    plan = plan_dataset(dataset, budget, n_units=n_units, chunk_rows=chunk_rows,
+                        piece_rows=piece_rows, mode=mode, cache_format=cache_format,
+                        cache_dir=cache_dir, hot=hot, allow_resident=allow_resident)  # fmt: skip
+    return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed, cache_dir=cache_dir)
+
+
+def plan_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
+                 mode=None, cache_format=None, cache_dir=None, hot: bool = False,
+                 allow_resident: bool = True):  # fmt: skip
+    """The data's statistics read once (``DataStats.read``) and the one decision of where its
+    rows live (``snapfit.stream.plan.plan_stream``). ``mode`` / ``cache_format`` default to
+    ``SNAPFIT_STREAM`` / ``SNAPFIT_CACHE_FORMAT``, else "auto"; ``hot``: threads sharing ``w``
+    train on it (their relabeled ids run past ``n_features``: ``snapfit.engine.shared``)."""
     import os
 
-    from snapfit.engine.shared import COUNT_ROWS, MAX_HOT, choose_hot, hot_base, hot_code
-    from snapfit.engine.source import ResidentSource
+    from snapfit.engine.shared import MAX_HOT, hot_base
     from snapfit.stream.budget import temp_dir
     from snapfit.stream.cache import free_room
     from snapfit.stream.memlimit import available_memory
     from snapfit.stream.plan import first_chunk_rows, piece_rows_for, plan_stream
-    from snapfit.stream.source import StreamSource
-    from snapfit.stream.stats import DataStats, column_counts
+    from snapfit.stream.stats import DataStats
 
     nf = int(dataset.n_features)
-    id_bound = hot_base(nf) + MAX_HOT if hot else nf  # relabeled hot ids (shared.hot_code)
+    id_bound = hot_base(nf) + MAX_HOT if hot else nf
     guess = piece_rows_for(first_chunk_rows(dataset.n_rows, chunk_rows), piece_rows)
     stats = DataStats.read(dataset, piece_rows=guess, id_bound=id_bound)
-    cache_dir = cache_dir or temp_dir()
     mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
     fmt = cache_format or os.environ.get("SNAPFIT_CACHE_FORMAT") or "auto"
-    plan = plan_stream(stats, budget=budget, n_units=n_units, chunk_rows=chunk_rows,
+    return plan_stream(stats, budget=budget, n_units=n_units, chunk_rows=chunk_rows,
                        piece_rows=piece_rows, mode=mode, cache_format=fmt, id_bound=id_bound,
-                       disk_free=free_room(cache_dir) if stats.on_files else 0,
+                       disk_free=free_room(cache_dir or temp_dir()) if stats.on_files else 0,
                        memory=available_memory() or 0, allow_resident=allow_resident)  # fmt: skip
+
+
+def open_planned(dataset, plan, *, chunk_rows=None, seed: int = 0, cache_dir=None):
+    """The source ``plan`` says: ``ResidentSource``, or a ``StreamSource`` whose cache, for
+    threads sharing ``w`` (``plan.id_bound`` past ``n_features``), stores the ids of the hot set
+    chosen here, before its first pass."""
+    import logging
+
+    from snapfit.engine.shared import COUNT_ROWS, choose_hot, hot_code
+    from snapfit.engine.source import ResidentSource
+    from snapfit.stream.budget import temp_dir
+    from snapfit.stream.source import StreamSource
+    from snapfit.stream.stats import column_counts
+
     if plan.resident:
         return ResidentSource(dataset, chunk_rows)
+    cache_dir = cache_dir or temp_dir()
     if plan.note:
         logging.getLogger("snapfit").warning("%s (in %s)", plan.note, cache_dir)
     chosen = code = None
-    if hot:
-        chosen = choose_hot(*column_counts(dataset, stats, COUNT_ROWS))
+    if plan.id_bound > plan.n_features:
+        counts = column_counts(dataset, plan.rg_rows, plan.flags, COUNT_ROWS)
+        chosen = choose_hot(*counts)
         if plan.mode == "cache" and len(chosen[0]):
-            code = hot_code(chosen[0], nf)
+            code = hot_code(chosen[0], plan.n_features)
     return StreamSource(dataset, plan, seed=seed, cache_dir=cache_dir, hot=chosen, code=code)
 
 

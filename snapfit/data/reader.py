@@ -7,6 +7,7 @@ only, so a driver can split chunks between workers and devices before any data m
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import threading
@@ -305,6 +306,16 @@ class Dataset:
         table = self._pf(ref.file).read_row_group(ref.row_group, columns=[INDICES])
         offsets = _column(table, INDICES).offsets.to_numpy()
         return ref._replace(nnz=int(offsets[-1] - offsets[0]))
+
+    def subset(self, ids: Sequence[int]) -> Dataset:
+        """This data set restricted to row groups ``ids`` (chunk indices, in that order): a Dask
+        part's share, whose sources can read nothing else. Footers are not read again."""
+        view = copy.copy(self)
+        view.chunks = [self.chunks[k] for k in ids]
+        used = {ref.file for ref in view.chunks}
+        view.files = [f for f in self.files if f in used]
+        view._local = threading.local()
+        return view
 
     def __getstate__(self):
         state = self.__dict__.copy()

@@ -137,11 +137,11 @@ def _lz4_ratio(dec, c, index_bytes: int, piece_rows: int) -> float:
     return plain / max(1, packed)
 
 
-def column_counts(dataset, stats: DataStats, n_rows: int) -> tuple[np.ndarray, int]:
+def column_counts(dataset, rg_rows, flags, n_rows: int) -> tuple[np.ndarray, int]:
     """Per-feature row counts over about ``n_rows`` rows spread over the row groups
     (``PieceDecoder.count_columns``): what threads sharing ``w`` choose their hot set from."""
     from snapfit.stream.cache import make_pieces
     from snapfit.stream.decode import PieceDecoder
 
-    pieces = make_pieces(stats.rg_rows, max(stats.rg_rows, default=1))
-    return PieceDecoder(dataset, pieces, *stats.flags).count_columns(n_rows)
+    pieces = make_pieces(rg_rows, max(rg_rows, default=1))
+    return PieceDecoder(dataset, pieces, *flags).count_columns(n_rows)

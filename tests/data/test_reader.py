@@ -1,3 +1,4 @@
+import os
 import pickle
 import threading
 
@@ -212,3 +213,19 @@ def test_property_write_then_read_gives_the_matrix_back(tmp_path_factory, proble
     )
     np.testing.assert_array_equal(values, X.data)
     np.testing.assert_array_equal(np.concatenate([c.y for c in chunks]), np.where(y == 1, 1, -1))
+
+
+def test_subset_is_the_share_of_row_groups_in_the_order_asked(tmp_path, rng):
+    X, y = _matrix(rng)
+    write_parquet(tmp_path / "a.parquet", X[:128], y[:128], row_group_rows=64)
+    write_parquet(tmp_path / "b.parquet", X[128:], y[128:], row_group_rows=64)
+    ds = Dataset(str(tmp_path))
+    share = ds.subset([3, 0])
+    assert [c.row_group for c in share.chunks] == [1, 0]
+    assert [os.path.basename(f) for f in share.files] == ["a.parquet", "b.parquet"]
+    assert len(ds.chunks) == 4 and ds.files == share.files  # the whole set is unchanged
+    np.testing.assert_array_equal(share.read_chunk(0).indices, ds.read_chunk(3).indices)
+    assert share.n_rows == ds.chunks[3].n_rows + ds.chunks[0].n_rows
+    only_b = ds.subset([2])
+    assert [os.path.basename(f) for f in only_b.files] == ["b.parquet"]
+    assert pickle.loads(pickle.dumps(only_b)).chunks == only_b.chunks
