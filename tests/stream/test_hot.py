@@ -1,5 +1,5 @@
 """A streamed source for threads sharing ``w`` chooses their hot features itself and stores
-its cache in their order (``StreamSource(hot=True)``); chunks still come with the data's ids
+its cache in their order (``stream_dataset(hot=True)``); chunks still come with the data's ids
 until the fit asks for its own."""
 
 import numpy as np
