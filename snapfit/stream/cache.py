@@ -44,6 +44,7 @@ from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
 from snapfit.stream import record as record_format
 from snapfit.stream.decode import PieceDecoder, run_readers, where
+from snapfit.stream.formats import COMPACT, Shape
 
 log = logging.getLogger("snapfit")
 
@@ -129,23 +130,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-#: lz4 on compact records: measured on 500k rows of ``make-data criteo-like`` (2^20 features),
-#: 152 B/row down to 107 (1.42x; the float values of the integer fields, the norms and the
-#: row lengths compress, the hashed ids hardly), decompressed at ~3.3 GB/s (46 ns a row).
-LZ4 = "lz4"
-
-
-def encode_parts(parts, has_values: bool, has_weight: bool, index_bytes: int) -> np.ndarray:
-    """The compact record of a piece from its raw record's arrays (``PieceDecoder.decode``)."""
-    it = iter(parts)
-    indptr, indices = next(it), next(it)
-    values = next(it) if has_values else None
-    y = next(it)
-    weight = next(it) if has_weight else None
-    return record_format.encode(indptr, indices, values, y, weight, next(it),
-                                index_bytes=index_bytes)  # fmt: skip
-
-
 class PieceStore:
     """Where the pieces' records come from; the base keeps what both kinds share.
 
@@ -205,15 +189,6 @@ class PieceStore:
     def _ingest_row_group(self, g: int) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def copy_record(targets: list[np.ndarray], record: np.ndarray) -> None:
-        """Copy a piece's ``record`` into ``targets`` (its arrays' places in a chunk buffer)."""
-        pos = 0
-        for t in targets:
-            tb = t.view(np.uint8)
-            tb[:] = record[pos : pos + len(tb)]
-            pos += len(tb)
-
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -225,28 +200,26 @@ class PieceCache(PieceStore):
     ``code``: store every piece's ids relabeled by it (``cpu.relabel``; the ids of threads
     sharing ``w``, ``snapfit.engine.shared``), so that epochs need not relabel them; at 200M
     Criteo-like rows that is 6.7e9 ids (~8 s of a core) per epoch, against once here.
-    ``id_bound``: the stored ids are below it (default ``n_features``). ``lz4``: compact
-    records compressed one by one (``LZ4``), for a disk too small for them or too slow.
+    ``id_bound``: the stored ids are below it (default ``n_features``). ``fmt``: how records
+    are encoded (``snapfit.stream.formats``: the store itself only keeps bytes and offsets).
     ``need``: the cache's estimated bytes (``snapfit.stream.plan.cache_bytes``), checked
     against the free space before the first pass.
     """
 
     def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool], *,
-                 compact: bool = True, code: np.ndarray | None = None,
-                 id_bound: int | None = None, lz4: bool = False, need: int = 0,
-                 stored=()):  # fmt: skip
+                 fmt=COMPACT, code: np.ndarray | None = None, id_bound: int | None = None,
+                 need: int = 0, stored=()):  # fmt: skip
         super().__init__(dataset, pieces, directory, flags, stored)
         self.need = need
-        self.compact = bool(compact) or bool(lz4)
-        self.lz4 = bool(lz4)
-        self.piece_plain = np.zeros(len(pieces), np.int64)  # an lz4 record's bytes expanded
+        self.format = fmt
+        self.piece_plain = np.zeros(len(pieces), np.int64)  # a record's bytes expanded
         self.code = code
         self.id_bound = int(id_bound or self.n_features)
         if code is not None and len(code) and int(code.max()) >= self.id_bound:
             raise ValueError(f"relabeled ids reach {int(code.max())}; id_bound={self.id_bound}")
         self.piece_off = np.zeros(len(pieces), np.int64)
         self.piece_bytes = np.zeros(len(pieces), np.int64)
-        self.index_bytes = record_format.index_width(self.id_bound)
+        self.shape = Shape(*flags, record_format.index_width(self.id_bound))
         self.path = os.path.join(self._dir, "pieces.bin")
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self._end = 0
@@ -254,7 +227,7 @@ class PieceCache(PieceStore):
         self._scratch = threading.local()
 
     def record_nbytes(self, p) -> np.ndarray | int:
-        """Bytes of compact record(s) ``p`` (known once the first pass wrote them)."""
+        """Bytes of stored record(s) ``p`` (known once the first pass wrote them)."""
         return self.piece_bytes[p]
 
     @property
@@ -282,12 +255,7 @@ class PieceCache(PieceStore):
                 ids = np.empty(nnz, np.int32)
                 cpu.relabel(parts[1], self.code, ids)
                 parts = [parts[0], ids, *parts[2:]]
-            if self.compact:
-                parts = [encode_parts(parts, self.has_values, self.has_weight,
-                                      self.index_bytes)]  # fmt: skip
-                if self.lz4:
-                    self.piece_plain[p] = len(parts[0])
-                    parts = [np.frombuffer(self._codec().compress(parts[0]), np.uint8)]
+            parts, self.piece_plain[p] = self.format.encode(parts, self.shape)
             size = sum(x.nbytes for x in parts)
             with self._lock:
                 off = self._end
@@ -296,15 +264,6 @@ class PieceCache(PieceStore):
             self._write(parts, off, g)
 
         self.decoder.decode(g, emit)
-
-    def _codec(self):
-        """This thread's lz4 codec."""
-        codec = getattr(self._scratch, "codec", None)
-        if codec is None:
-            import pyarrow as pa
-
-            codec = self._scratch.codec = pa.Codec(LZ4)
-        return codec
 
     def _write(self, parts, off: int, g: int) -> None:
         ref = self.dataset.chunks[g]
@@ -329,14 +288,11 @@ class PieceCache(PieceStore):
 
     def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None = None) -> None:
         """Expand piece ``p`` into ``targets`` (its arrays' places in a chunk buffer), from its
-        resident ``record`` or else read from the file with one ``preadv`` into this thread's
-        scratch buffer."""
+        resident ``record`` or else read from the file with one ``preadv``: straight into the
+        targets when the format stores them as they are, else into this thread's scratch."""
         size = int(self.piece_bytes[p])
-        if not self.compact:
-            if record is None:
-                self._readv(targets, int(self.piece_off[p]), [p])
-            else:
-                self.copy_record(targets, record)
+        if record is None and self.format.direct:
+            self._readv(targets, int(self.piece_off[p]), [p])
             return
         if record is None:
             scratch = getattr(self._scratch, "buf", None)
@@ -344,12 +300,8 @@ class PieceCache(PieceStore):
                 scratch = self._scratch.buf = np.empty(int(self.piece_bytes.max()), np.uint8)
             record = scratch[:size]
             self._readv([record], int(self.piece_off[p]), [p])
-        if self.lz4:  # into a buffer of Arrow's (GIL released while it decompresses)
-            plain = self._codec().decompress(record, decompressed_size=int(self.piece_plain[p]))
-            record = np.frombuffer(plain, np.uint8)
         n, nnz = int(self.pieces.rows[p]), int(self.piece_nnz[p])
-        record_format.expand(record, n, nnz, self.index_bytes, targets, self.has_values,
-                             self.has_weight)  # fmt: skip
+        self.format.expand(record, n, nnz, targets, self.shape, int(self.piece_plain[p]))
 
     def _readv(self, arrays, off: int, ps) -> None:
         views = [memoryview(a).cast("B") for a in arrays]

@@ -27,6 +27,7 @@ import numpy as np
 from snapfit.engine.state import DiskArray
 from snapfit.errors import ResourceError
 from snapfit.stream.cache import Pieces, PieceStore
+from snapfit.stream.formats import copy_into
 
 _POLL = 0.05
 
@@ -168,10 +169,10 @@ class ParquetPieces(PieceStore):
     def fill(self, targets: list[np.ndarray], p: int, record=None) -> None:
         """Copy piece ``p`` into ``targets``, then hand its slot back to the decoder."""
         if record is not None:
-            self.copy_record(targets, record)
+            copy_into(targets, record)
             return
         record, slot = self._take(p)
-        self.copy_record(targets, record)
+        copy_into(targets, record)
         with self._cond:
             if slot is not None:
                 self._free.append(slot)

@@ -25,8 +25,9 @@ from snapfit.stream.budget import (
     plan_budget,
     size,
 )
-from snapfit.stream.cache import LZ4, Pieces, make_pieces
+from snapfit.stream.cache import Pieces, make_pieces
 from snapfit.stream.decode import BATCH_ROWS, record_nbytes
+from snapfit.stream.formats import FORMATS, LZ4, Shape
 from snapfit.stream.stats import DataStats
 
 DEFAULT_CHUNK_ROWS = 1 << 16
@@ -36,7 +37,7 @@ MIN_CHUNK_ROWS = 1 << 12
 #: and down to this while the budget's pool share holds fewer buffers than wanted.
 MIN_BUFFERED_CHUNK_ROWS = 1 << 14
 MODES = ("auto", "cache", "parquet")
-CACHE_FORMATS = ("auto", "raw", "compact", LZ4)
+CACHE_FORMATS = ("auto", *FORMATS)
 
 
 def piece_rows_for(chunk_rows: int, piece_rows: int | None = None) -> int:
@@ -58,23 +59,14 @@ def resident_peak_nbytes(stats: DataStats, n_units: int) -> int:
     return 2 * decoded + 12 * stats.n_rows + fixed_nbytes(stats.n_features, n_units)
 
 
-def compact_nbytes(stats: DataStats, id_bound: int) -> int:
-    """Estimated bytes of the compact cache (5 % margin on the sampled valued share)."""
-    nnz = stats.nnz
-    share = min(1.0, 1.05 * stats.valued_share) if stats.has_values else 0.0
-    return int(record_format.nbytes(stats.n_rows, nnz, int(share * nnz),
-                                    index_bytes=record_format.index_width(id_bound),
-                                    has_values=stats.has_values,
-                                    has_weight=stats.has_weight))  # fmt: skip
-
-
 def cache_bytes(stats: DataStats, fmt: str, id_bound: int) -> int:
-    """Estimated bytes of the cache file in format ``fmt``: one formula per format."""
-    if fmt == "raw":
-        return int(record_nbytes(stats.n_rows, stats.nnz, *stats.flags))
-    if fmt == LZ4:
-        return int(1.05 * compact_nbytes(stats, id_bound) / stats.lz4_ratio)
-    return compact_nbytes(stats, id_bound)
+    """Estimated bytes of the cache file in format ``fmt`` (``snapfit.stream.formats``), the
+    sampled valued share given a 5 % margin."""
+    share = min(1.0, 1.05 * stats.valued_share) if stats.has_values else 0.0
+    shape = Shape(stats.has_values, stats.has_weight, record_format.index_width(id_bound))
+    size = FORMATS[fmt].nbytes(stats.n_rows, stats.nnz, int(share * stats.nnz), shape,
+                               stats.lz4_ratio)  # fmt: skip
+    return int(size)
 
 
 def batch_peak_nbytes(stats: DataStats, piece_rows: int, batch_rows: int = BATCH_ROWS) -> int:
@@ -218,9 +210,9 @@ def _pick_mode(stats: DataStats, mode: str, fmt: str, room: int, memory: int, id
         fmt = "raw" if raw <= min(room, memory // 2) else "compact"
     need = cache_bytes(stats, fmt, id_bound)
     if auto and fmt == "compact" and need > room:
-        squeezed = cache_bytes(stats, LZ4, id_bound)
+        squeezed = cache_bytes(stats, LZ4.name, id_bound)
         if squeezed <= room:
-            fmt, need = LZ4, squeezed
+            fmt, need = LZ4.name, squeezed
     if mode == "cache" or need <= room:
         return "cache", fmt, need, ""
     note = (

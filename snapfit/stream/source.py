@@ -38,8 +38,9 @@ from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
 from snapfit.stream.budget import BudgetPlan, _align, buffer_nbytes, temp_dir
-from snapfit.stream.cache import LZ4, PieceCache
+from snapfit.stream.cache import PieceCache
 from snapfit.stream.direct import ParquetPieces
+from snapfit.stream.formats import FORMATS
 from snapfit.stream.memlimit import release_arrow_memory
 from snapfit.stream.plan import StreamPlan
 from snapfit.stream.prefetch import BufferPool, Prefetcher
@@ -117,9 +118,9 @@ class StreamSource(ChunkSource):
         stored = code if self.mode == "cache" else None  # the relabeling the cache's ids carry
         if self.mode == "cache":
             self.cache = PieceCache(dataset, self.pieces, self.cache_dir, plan.flags,
-                                    compact=self.cache_format != "raw", code=stored,
-                                    id_bound=plan.id_bound, lz4=self.cache_format == LZ4,
-                                    need=plan.cache_bytes, stored=plan.rg_stored)  # fmt: skip
+                                    fmt=FORMATS[self.cache_format], code=stored,
+                                    id_bound=plan.id_bound, need=plan.cache_bytes,
+                                    stored=plan.rg_stored)  # fmt: skip
         else:
             self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir, plan.flags,
                                        plan.rg_stored)  # fmt: skip
@@ -313,7 +314,7 @@ class StreamSource(ChunkSource):
                 yield k, live.chunk
         finally:
             self._stop_prefetch()
-            if self.mode == "parquet" or self.cache_format == LZ4:  # Arrow's pool decoded
+            if self.mode == "parquet" or self.cache_format == "lz4":  # Arrow's pool decoded
                 release_arrow_memory()
             self.epoch_stats.append(
                 {"seconds": time.perf_counter() - t0, "read_seconds": pf.read_seconds,

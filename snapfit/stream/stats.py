@@ -119,20 +119,19 @@ def _sample(dataset, stats: DataStats, piece_rows: int, id_bound: int) -> tuple[
 def _lz4_ratio(dec, c, index_bytes: int, piece_rows: int) -> float:
     """How many times lz4 shrinks the compact records of chunk ``c`` cut into ``piece_rows``-row
     pieces (small ones shrink less)."""
-    import pyarrow as pa
-
     from snapfit.solvers import cpu
-    from snapfit.stream.cache import LZ4, encode_parts
+    from snapfit.stream.formats import COMPACT, LZ4, Shape
 
+    shape = Shape(dec.has_values, dec.has_weight, index_bytes)
     sq = np.zeros(c.n_rows, np.float32)
     values = c.values if c.values is not None else np.zeros(0, np.float32)
     cpu.row_sqnorms(c.indptr, c.indices, values, c.values is not None, sq)
-    codec, plain, packed = pa.Codec(LZ4), 0, 0
+    codec, plain, packed = LZ4.codec(), 0, 0
     step = max(1, piece_rows)
     for lo in range(0, c.n_rows, step):
         hi = min(c.n_rows, lo + step)
         parts = dec._parts(c.rows(lo, hi), sq[lo:hi])
-        rec = encode_parts(parts, dec.has_values, dec.has_weight, index_bytes)
+        (rec,), _ = COMPACT.encode(parts, shape)
         plain, packed = plain + len(rec), packed + codec.compress(rec).size
     return plain / max(1, packed)
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
 from snapfit.stream import record as R
+from snapfit.stream.formats import FORMATS, Shape
 from snapfit.stream.plan import cache_bytes
 from snapfit.stream.stats import DataStats
 from snapfit.train import stream_dataset
@@ -175,3 +176,25 @@ def test_the_sample_is_decoded_once_and_a_cache_the_disk_cannot_hold_is_refused(
         refused.ingest()
     assert refused._end == 0
     refused.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces(), st.booleans(), st.booleans(), st.sampled_from(sorted(FORMATS)))
+def test_every_format_expands_what_it_encodes(piece, has_values, has_weight, name):
+    """Each cache format stores a piece and gives back the raw record's arrays bit for bit;
+    its ``nbytes`` bounds what raw and compact store (lz4's is an estimate from a ratio)."""
+    indptr, indices, values, y, weight, sqnorm, n_features = piece
+    shape = Shape(has_values, has_weight, R.index_width(n_features))
+    want = [indptr, indices] + ([values] if has_values else []) + [y]
+    want += ([weight] if has_weight else []) + [sqnorm]
+    fmt = FORMATS[name]
+    stored, plain = fmt.encode(want, shape)
+    record = np.concatenate([np.frombuffer(memoryview(x).cast("B"), np.uint8) for x in stored])
+    got = [np.full_like(a, -7) for a in want]
+    fmt.expand(record, len(y), len(indices), got, shape, plain)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    n_valued = int((values != 1).sum()) if has_values else 0
+    if name != "lz4" and all(np.diff(np.r_[0, indptr]) < 256):  # one-byte lengths
+        assert len(record) <= fmt.nbytes(len(y), len(indices), n_valued, shape)
+    assert fmt.direct == (name == "raw")
