@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit import progress
+from snapfit.data.fileio import preadv_all, pwrite_all
 from snapfit.engine.state import temp_prefix
 from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
@@ -267,17 +268,16 @@ class PieceCache(PieceStore):
 
     def _write(self, parts, off: int, g: int) -> None:
         ref = self.dataset.chunks[g]
+
+        def fail(e: OSError) -> str:
+            return (
+                f"{ref.file}, row group {ref.row_group}: cannot write the chunk cache "
+                f"{self.path} ({e.strerror}); free disk space or set SNAPFIT_TMPDIR."
+            )
+
         for x in parts:
-            view = memoryview(x).cast("B")
-            while len(view):
-                try:
-                    n = os.pwrite(self._fd, view, off)
-                except OSError as e:
-                    raise ResourceError(
-                        f"{ref.file}, row group {ref.row_group}: cannot write the chunk cache "
-                        f"{self.path} ({e.strerror}); free disk space or set SNAPFIT_TMPDIR."
-                    ) from None
-                view, off = view[n:], off + n
+            pwrite_all(self._fd, x, off, fail)
+            off += x.nbytes
 
     # -- later epochs ----------------------------------------------------------------------
     def read_record(self, p: int) -> np.ndarray:
@@ -304,20 +304,18 @@ class PieceCache(PieceStore):
         self.format.expand(record, n, nnz, targets, self.shape, int(self.piece_plain[p]))
 
     def _readv(self, arrays, off: int, ps) -> None:
-        views = [memoryview(a).cast("B") for a in arrays]
-        want = sum(len(v) for v in views)
-        try:
-            got = os.preadv(self._fd, views, off)
-        except OSError as e:
-            raise ResourceError(
+        def fail(e: OSError | None) -> str:
+            if e is None:  # regular files return short reads only at EOF: the cache was cut
+                return (
+                    f"chunk cache {self.path}: rows of {self.where(ps)} are truncated; was the "
+                    "file deleted or the disk full? Refit."
+                )
+            return (
                 f"chunk cache {self.path}: reading rows of {self.where(ps)} failed "
                 f"({e.strerror}); the temp disk may be full or failing, set SNAPFIT_TMPDIR."
-            ) from None
-        if got != want:  # regular files return short reads only at EOF: the cache was cut
-            raise ResourceError(
-                f"chunk cache {self.path}: rows of {self.where(ps)} are truncated (read "
-                f"{got} of {want} bytes); was the file deleted or the disk full? Refit."
             )
+
+        preadv_all(self._fd, arrays, off, fail)
 
     def close(self) -> None:
         if self._fd >= 0:
