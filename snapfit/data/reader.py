@@ -11,7 +11,7 @@ import copy
 import glob
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from snapfit.data import fs
 from snapfit.data import validate as v
+from snapfit.data.base import ChunkedDataset
 from snapfit.data.chunk import Chunk
 from snapfit.data.schema import (
     INDICES,
@@ -206,7 +207,7 @@ def _check_same_conversion(first: str, first_kv: dict, file: str, kv: dict) -> N
         )
 
 
-class Dataset:
+class Dataset(ChunkedDataset):
     """Parquet CSR dataset: chunks (= row groups) planned from metadata, read on demand.
 
     Parameters
@@ -332,14 +333,6 @@ class Dataset:
             f"{self.n_features} features, {len(self.chunks)} chunks)"
         )
 
-    @property
-    def n_rows(self) -> int:
-        return sum(c.n_rows for c in self.chunks)
-
-    @property
-    def nnz(self) -> int:
-        return sum(c.nnz for c in self.chunks)
-
     def _pf(self, file: str) -> pq.ParquetFile:
         files = getattr(self._local, "files", None)
         if files is None:
@@ -396,11 +389,6 @@ class Dataset:
     def has_values_in(self, file: str) -> bool:
         """Whether ``file`` stores a ``values`` column (without it every value is 1)."""
         return VALUES in self._columns[file]
-
-    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
-        """Chunks ``ids`` (default: all, in order), read one at a time."""
-        for k in range(len(self.chunks)) if ids is None else ids:
-            yield self.read_chunk(k)
 
     def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
         """(negatives, positives) over chunks ``ids``, reading only the label column."""
