@@ -55,7 +55,7 @@ def first_chunk_rows(n_rows: int, chunk_rows: int | None) -> int:
 
 def resident_peak_nbytes(stats: DataStats, n_units: int) -> int:
     """Peak bytes of an all-resident fit: row groups and their concatenation, dual, views."""
-    decoded = sum(chunk_nbytes(r, z, *stats.flags) for r, z in stats.groups())
+    decoded = sum(chunk_nbytes(r, z, *stats.flags) for r, z in stats.groups)
     return 2 * decoded + 12 * stats.n_rows + fixed_nbytes(stats.n_features, n_units)
 
 
@@ -72,7 +72,7 @@ def cache_bytes(stats: DataStats, fmt: str, id_bound: int) -> int:
 def batch_peak_nbytes(stats: DataStats, piece_rows: int, batch_rows: int = BATCH_ROWS) -> int:
     """What one first-pass reader holds at its peak: ~5x a decoded batch and a carried piece
     (``snapfit.stream.decode``)."""
-    density = max((z / max(1, r) for r, z in stats.groups()), default=0.0)
+    density = max((z / max(1, r) for r, z in stats.groups), default=0.0)
     rows = min(batch_rows, max(stats.rg_rows, default=0)) + int(piece_rows)
     return 5 * int(record_nbytes(rows, int(density * rows) + 1, *stats.flags))
 
@@ -156,9 +156,9 @@ def plan_stream(stats: DataStats, *, budget: int, n_units: int, chunk_rows: int 
     user_rows = chunk_rows is not None
     chunk_rows = first_chunk_rows(stats.n_rows, chunk_rows)
     mode, fmt, need, note = _pick_mode(stats, mode, cache_format, disk_free, memory, id_bound)
-    rg_bytes = max(record_nbytes(r, z, *stats.flags) for r, z in stats.groups())
+    rg_bytes = max(record_nbytes(r, z, *stats.flags) for r, z in stats.groups)
     window_min = 2 * rg_bytes if mode == "parquet" else 0
-    density = max(z / max(1, r) for r, z in stats.groups())
+    density = max(z / max(1, r) for r, z in stats.groups)
     plan_args = dict(n_features=nf, n_jobs=n_units, n_rows=stats.n_rows, resident_min=window_min)
     while True:
         rows = piece_rows_for(chunk_rows, piece_rows)

@@ -10,7 +10,7 @@ these numbers alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,21 +45,18 @@ class DataStats:
     sample_piece_rows: int = 4096
     on_files: bool = True
 
-    @property
-    def n_rows(self) -> int:
-        return int(sum(self.rg_rows))
+    # derived once, plain attributes: the planner reads them without calling back here
+    n_rows: int = field(init=False)
+    nnz: int = field(init=False)
+    flags: tuple[bool, bool] = field(init=False)
+    groups: tuple[tuple[int, int], ...] = field(init=False)  # (rows, nnz) per row group
 
-    @property
-    def nnz(self) -> int:
-        return int(sum(self.rg_nnz))
-
-    def groups(self):
-        """``(rows, nnz)`` of every row group."""
-        return zip(self.rg_rows, self.rg_nnz, strict=True)
-
-    @property
-    def flags(self) -> tuple[bool, bool]:
-        return self.has_values, self.has_weight
+    def __post_init__(self):
+        object.__setattr__(self, "n_rows", int(sum(self.rg_rows)))
+        object.__setattr__(self, "nnz", int(sum(self.rg_nnz)))
+        object.__setattr__(self, "flags", (bool(self.has_values), bool(self.has_weight)))
+        groups = tuple(zip(self.rg_rows, self.rg_nnz, strict=True))
+        object.__setattr__(self, "groups", groups)
 
     @classmethod
     def read(cls, dataset, *, piece_rows: int = 4096, id_bound: int | None = None,
