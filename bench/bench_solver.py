@@ -39,10 +39,10 @@ def budget_of(set_dir: str, frac: float = 0.2) -> dict:
     the budget it used; ``used_budget`` turns that into the fraction of the data it really is."""
     from snapfit.data import Dataset
     from snapfit.stream.budget import chunk_nbytes
-    from snapfit.stream.choose import _file_flags
+    from snapfit.stream.stats import DataStats
 
     ds = Dataset(f"{set_dir}/train.parquet")
-    has_values, has_weight = _file_flags(ds)
+    has_values, has_weight = DataStats.read(ds, sample=False).flags
     data = sum(chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks)
     return {"asked": int(frac * data), "asked_frac": frac, "data_bytes": data}
 

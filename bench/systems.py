@@ -92,13 +92,13 @@ def _stream_source(spec):
     budget fails while planning, before any data is read, so the retries cost no real time)."""
     from snapfit.data import Dataset
     from snapfit.errors import ResourceError
-    from snapfit.stream.source import StreamSource
+    from snapfit.train import stream_dataset
 
     ds = Dataset(os.path.join(spec["set"], "train.parquet"))
     budget = _BUDGET_USED.get(spec["set"], int(spec["budget"]))
     for _ in range(8):
         try:
-            src = StreamSource(ds, budget, n_jobs=spec["n_jobs"])
+            src = stream_dataset(ds, budget, n_units=spec["n_jobs"])
             _BUDGET_USED[spec["set"]] = budget
             return src
         except ResourceError as e:

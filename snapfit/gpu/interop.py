@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine.checkpoint import arrays_fingerprint
+from snapfit.data.fingerprint import arrays_fingerprint
 from snapfit.engine.source import InMemorySource
 from snapfit.engine.state import DualState
 from snapfit.gpu.data import DeviceChunk
