@@ -197,20 +197,6 @@ class Part:
             "gpus": len(self.devices.gpu_ids),
         }
 
-    def _each_chunk(self, fn) -> None:
-        """``fn(chunk, alpha)`` for every chunk of the share, through the source and its dual
-        state (so streamed chunks come and go as in a pass), with ``alpha`` brought home from
-        any device first."""
-        tr = self.trainer
-        tr.sync_alpha()
-        src, state = self.source, tr.state
-        for k, chunk in src.epoch(list(range(src.n_chunks))):
-            try:
-                fn(chunk, state.alpha_of(k))
-            finally:
-                src.release(k)
-                state.release(k)
-
     # -- the fit ---------------------------------------------------------------------------
     def start(
         self,
@@ -252,14 +238,19 @@ class Part:
         tr = self.trainer
         p = tr.problem
         w_in = tr.inward(w)  # the trainer's feature order (threads sharing w relabel features)
-        r_in = np.zeros_like(w_in)
+        r_of = [np.zeros_like(w_in) for _ in range(tr.k)]  # one gradient per unit's thread
+
+        def one(t, chunk, alpha):
+            return _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha,
+                                    w_in, r_of[t])  # fmt: skip
+
+        # the trainer's own pass over the share, its units' threads in parallel
         sums = np.zeros(3)
-
-        def one(chunk, alpha):
-            sums[:] += _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
-                                        alpha, w_in, r_in)  # fmt: skip
-
-        self._each_chunk(one)
+        for part in tr.map_chunks(one):
+            sums += part
+        r_in = r_of[0]
+        for r_t in r_of[1:]:
+            r_in += r_t
         r = tr.outward(r_in)
         self.w_measured, self.r = w, r
         out = {"loss": sums[0], "ent": sums[1], "gap": sums[2]}

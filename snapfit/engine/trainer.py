@@ -383,6 +383,22 @@ class Trainer:
         self.state.read_alpha(0, out)
         return out
 
+    def map_chunks(self, fn) -> list:
+        """``fn(t, chunk, alpha)`` on every chunk's rows once, on the units' own threads (``t``
+        the unit: chunks cut by ``_whole_plan`` come as row spans with their ``alpha``),
+        ``alpha`` brought home from any device first; the results in the plan's order. For
+        host sums over the data that are not a unit's pass (the Dask part's ``measure``)."""
+        self.sync_alpha()
+        order, plan = self._whole_plan()
+
+        def call(t, item, chunk):
+            lo, hi = item_span(item, chunk.n_rows)
+            part = chunk if (lo, hi) == (0, chunk.n_rows) else chunk.rows(lo, hi)
+            return [(item, fn(t, part, self.state.alpha_of(item.k)[lo:hi]))]
+
+        results, _ = self._run(order, plan, call)
+        return [r for _, r in results]
+
     def exact_objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass, and one more to
         rebuild ``w`` when threads sharing it may have lost updates)."""
