@@ -35,16 +35,6 @@ from bench.sets import load_xy, make_set
 TARGET = 1e-4
 
 
-def _args(X, y):
-    from snapfit.solvers import cpu
-
-    indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)
-    sq = np.zeros(X.shape[0], np.float32)
-    cpu.row_sqnorms(indptr, indices, X.data, True, sq)
-    labels = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    return (indptr, indices, X.data, True, labels, cpu.EMPTY_F32, False), sq
-
-
 def one(args, sq, d, C, bias, threads, hybrid_on, cap, hot_steps, seed, max_epochs, p=None) -> dict:
     from snapfit.solvers import hybrid
     from snapfit.solvers.hybrid_threads import ThreadPass
@@ -91,12 +81,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    from snapfit.solvers.emulate import csr_args
+
     bias = 1.0 if a.intercept else 0.0
     out = {"rows": a.rows, "C": a.C, "intercept": a.intercept, "cap": a.cap,
            "hot_steps": a.hot_steps, "kinds": {}}  # fmt: skip
     for kind in a.kinds.split(","):
         X, y = load_xy(f"{make_set(kind, a.rows)}/train.npz")
-        args, sq = _args(X, y)
+        args, sq = csr_args(X, y)
         runs = []
         for rep in range(a.repeats):
             run = {}

@@ -390,6 +390,7 @@ class Trainer:
         host sums over the data that are not a unit's pass (the Dask part's ``measure``)."""
         self.sync_alpha()
         order, plan = self._whole_plan()
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t])), "begin")
 
         def call(t, item, chunk):
             lo, hi = item_span(item, chunk.n_rows)

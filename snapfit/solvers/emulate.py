@@ -27,6 +27,17 @@ from snapfit.solvers import cpu
 RULES = ("plain", "eso", "bound", "cocoa")
 
 
+def csr_args(X, y01) -> tuple[tuple, np.ndarray]:
+    """The kernels' arguments (``cpu.chunk_args`` order) of a scipy CSR matrix with 0/1 (or
+    -1/+1) labels, and its rows' squared norms: the emulator's, benches' and tests' input."""
+    indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+    values = X.data.astype(np.float32)
+    sq = np.zeros(X.shape[0], np.float32)
+    cpu.row_sqnorms(indptr, indices, values, True, sq)
+    labels = np.where(np.asarray(y01) > 0, 1.0, -1.0).astype(np.float32)
+    return (indptr, indices, values, True, labels, cpu.EMPTY_F32, False), sq
+
+
 @njit(nogil=True, cache=True)
 def read_wave(
     indptr, indices, values, has_values, y, weight, has_weight,

@@ -10,18 +10,10 @@ from snapfit.solvers import cpu, emulate, hybrid
 from snapfit.solvers.hybrid_threads import ThreadPass, relabeling
 
 
-def _args(X, y):
-    indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)
-    sq = np.zeros(X.shape[0], np.float32)
-    cpu.row_sqnorms(indptr, indices, X.data, True, sq)
-    labels = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    return (indptr, indices, X.data, True, labels, cpu.EMPTY_F32, False), sq
-
-
 @pytest.fixture(scope="module")
 def data():
     X, y = make_criteo_like(4000, seed=3, hash_bits=12)
-    args, sq = _args(X, y)
+    args, sq = emulate.csr_args(X, y)
     return args, sq, X.shape[1]
 
 
