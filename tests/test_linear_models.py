@@ -135,3 +135,19 @@ def test_svm_has_no_probabilities_and_refuses_logloss():
     assert not hasattr(est, "predict_proba") and not hasattr(est, "predict_log_proba")
     with pytest.raises(ValueError, match="validation_metric"):
         snapfit.LinearSVC(validation_metric="logloss").fit(X, y)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_threads_sharing_w_reach_the_same_optimum(loss):
+    """Two threads sharing ``w`` (``deterministic=False``, ``cpu.cd_pass_views``) and a warm
+    start from the previous fit's dual point run the loss too."""
+    X, y = cancer()
+    kw = dict(C=0.1, loss=loss, tol=1e-9, max_iter=20_000, random_state=0)
+    one = snapfit.LinearSVC(**kw).fit(X, y)
+    shared = snapfit.LinearSVC(n_jobs=2, deterministic=False, **kw).fit(X, y)
+    p1, p2 = one.history_[-1]["primal"], shared.history_[-1]["primal"]
+    assert abs(p1 - p2) <= 1e-6 * p1
+    warm = snapfit.LinearSVC(warm_start=True, **kw).fit(X, y)
+    warm.set_params(C=0.2).fit(X, y)
+    cold = snapfit.LinearSVC(**dict(kw, C=0.2)).fit(X, y)
+    assert warm.history_[-1]["primal"] == pytest.approx(cold.history_[-1]["primal"], rel=1e-6)
