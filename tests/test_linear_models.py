@@ -151,3 +151,19 @@ def test_threads_sharing_w_reach_the_same_optimum(loss):
     warm.set_params(C=0.2).fit(X, y)
     cold = snapfit.LinearSVC(**dict(kw, C=0.2)).fit(X, y)
     assert warm.history_[-1]["primal"] == pytest.approx(cold.history_[-1]["primal"], rel=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_linear_svc_on_criteo_like_rows(loss):
+    """One-hot hashed rows, the data snapfit is built for: liblinear's optimum to 1e-6."""
+    from snapfit.datasets.criteo_like import make_criteo_like
+
+    X, y = make_criteo_like(3000, seed=2, hash_bits=14)
+    X = sp.csr_matrix(X, dtype=np.float64)
+    X.indices, X.indptr = X.indices.astype(np.int32), X.indptr.astype(np.int32)
+    ref = SkSVC(C=0.05, loss=loss, dual=True, tol=1e-10, max_iter=100_000).fit(X, y)
+    est = snapfit.LinearSVC(C=0.05, loss=loss, tol=1e-9, max_iter=20_000, random_state=0)
+    est.fit(X, y)
+    p_ref = svm_primal(X, y, ref.coef_, ref.intercept_, 0.05, loss, None, None, 1.0)
+    p = svm_primal(X, y, est.coef_, est.intercept_, 0.05, loss, None, None, 1.0)
+    assert abs(p - p_ref) <= 1e-6 * p_ref
