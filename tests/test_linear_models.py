@@ -167,3 +167,18 @@ def test_linear_svc_on_criteo_like_rows(loss):
     p_ref = svm_primal(X, y, ref.coef_, ref.intercept_, 0.05, loss, None, None, 1.0)
     p = svm_primal(X, y, est.coef_, est.intercept_, 0.05, loss, None, None, 1.0)
     assert abs(p - p_ref) <= 1e-6 * p_ref
+
+
+def test_checkpoint_resume_continues_the_svm_and_refuses_another_loss(tmp_path):
+    X, y = cancer()
+    kw = dict(C=0.1, loss="squared_hinge", tol=1e-9, random_state=0)
+    full = snapfit.LinearSVC(max_iter=20_000, **kw).fit(X, y)
+    part = snapfit.LinearSVC(max_iter=5, checkpoint_dir=str(tmp_path), **kw)
+    with pytest.warns(ConvergenceWarning):
+        part.fit(X, y)
+    part.set_params(max_iter=20_000).fit(X, y, resume=True)
+    assert part.n_iter_[0] == full.n_iter_[0]
+    np.testing.assert_allclose(part.coef_, full.coef_, rtol=1e-12, atol=1e-15)
+    other = snapfit.LinearSVC(C=0.1, loss="hinge", checkpoint_dir=str(tmp_path), random_state=0)
+    with pytest.raises(ValueError, match="loss"):
+        other.fit(X, y, resume=True)
