@@ -39,10 +39,10 @@ def budget_of(set_dir: str, frac: float = 0.2) -> dict:
     the budget it used; ``used_budget`` turns that into the fraction of the data it really is."""
     from snapfit.data import Dataset
     from snapfit.stream.budget import chunk_nbytes
-    from snapfit.stream.choose import _file_flags
+    from snapfit.stream.stats import DataStats
 
     ds = Dataset(f"{set_dir}/train.parquet")
-    has_values, has_weight = _file_flags(ds)
+    has_values, has_weight = DataStats.read(ds, sample=False).flags
     data = sum(chunk_nbytes(r.n_rows, r.nnz, has_values, has_weight) for r in ds.chunks)
     return {"asked": int(frac * data), "asked_frac": frac, "data_bytes": data}
 
@@ -66,24 +66,28 @@ def marginal_epoch_s(points) -> float | None:
 
 
 def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float = 1e-4,
-                   systems=CURVE + SWEEP, budget_s=None, log=print) -> dict:  # fmt: skip
+                   systems=CURVE + SWEEP, budget_s=None, log=print,
+                   intercept: bool = True) -> dict:  # fmt: skip
     """All systems against one target on ``set_dir``. ``budget_s`` maps a searched system to the
-    seconds of fits its whole measurement may take (see ``systems.sweep``)."""
+    seconds of fits its whole measurement may take (see ``systems.sweep``). ``intercept=False``:
+    every system fits ``w`` alone (no constant feature)."""
     meta = meta_of(set_dir)
     log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
     ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="curve", n_jobs=1,
-                       tol=1e-8, max_iter=3000, repeats=1))  # fmt: skip
+                       tol=1e-8, max_iter=3000, repeats=1, intercept=intercept))  # fmt: skip
     if "error" in ref:
         raise RuntimeError(f"reference fit failed: {ref['error']}")
     optimum = ref["test_logloss"]
     target = optimum + delta
     out = {"set": meta, "C": C, "delta": delta, "repeats": repeats, "optimum": optimum,
-           "target": target, "reference": _slim(ref), "systems": {}}  # fmt: skip
+           "target": target, "reference": _slim(ref), "systems": {},
+           "intercept": intercept}  # fmt: skip
     out["budget"] = budget_of(set_dir)
 
     def spec_of(name):
         n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
-        spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target)
+        spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target,
+                    intercept=intercept)  # fmt: skip
         if name in CURVE:
             spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["asked"])
         else:

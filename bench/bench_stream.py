@@ -41,8 +41,9 @@ from snapfit.engine.source import ResidentSource
 from snapfit.engine.state import DualState
 from snapfit.engine.workers import plan_epoch
 from snapfit.stream import StreamSource
-from snapfit.stream.choose import resident_peak_nbytes
-from snapfit.train import make_trainer
+from snapfit.stream.plan import resident_peak_nbytes
+from snapfit.stream.stats import DataStats
+from snapfit.train import make_trainer, stream_dataset
 
 
 class _Assembled(InMemorySource):
@@ -126,13 +127,13 @@ def main():
         make_criteo_like_parquet(path, a.rows, seed=0, hash_bits=a.hash_bits,
                                  row_group_rows=a.row_group_rows)  # fmt: skip
     ds = Dataset(path)
-    decoded = (resident_peak_nbytes(ds, 2) - 12 * ds.n_rows) // 2
+    decoded = (resident_peak_nbytes(DataStats.read(ds, sample=False), 2) - 12 * ds.n_rows) // 2
     budget = int(a.budget_frac * decoded)
     res = {"rows": ds.n_rows, "nnz": ds.nnz, "n_features": ds.n_features,
            "decoded_MB": decoded / 1e6, "budget_MB": budget / 1e6}  # fmt: skip
 
     problem = Problem(n_features=ds.n_features, c_pos=a.C, c_neg=a.C, seed=0)
-    with StreamSource(ds, budget, n_jobs=2, chunk_rows=a.chunk_rows, mode=a.mode) as src:
+    with stream_dataset(ds, budget, n_units=2, chunk_rows=a.chunk_rows, mode=a.mode) as src:
         res.update(mode=src.mode, ingest_s=src.cache.ingest_seconds, plan=src.plan.describe(),
                    minimum_budget_MB=src.plan.minimum / 1e6, n_chunks=src.n_chunks)  # fmt: skip
         res.update(overlap(src, problem, a.epochs))

@@ -589,17 +589,17 @@ def section_convergence(out: Out, rows: int) -> None:
 def decoded_bytes(ds) -> int:
     """Host bytes of the data decoded (every row group as a CSR chunk)."""
     from snapfit.stream.budget import chunk_nbytes
-    from snapfit.stream.decode import file_flags
+    from snapfit.stream.stats import DataStats
 
-    flags = file_flags(ds)
+    flags = DataStats.read(ds, sample=False).flags
     return sum(chunk_nbytes(r.n_rows, r.nnz, *flags) for r in ds.chunks)
 
 
 def largest_chunk(ds) -> int:
     from snapfit.stream.budget import chunk_nbytes
-    from snapfit.stream.decode import file_flags
+    from snapfit.stream.stats import DataStats
 
-    flags = file_flags(ds)
+    flags = DataStats.read(ds, sample=False).flags
     return max(chunk_nbytes(r.n_rows, r.nnz, *flags) for r in ds.chunks)
 
 
@@ -610,7 +610,8 @@ def section_product(out: Out, rows: int) -> None:
     from snapfit.data import Dataset
     from snapfit.datasets.criteo_like import make_criteo_like_parquet
     from snapfit.stream.budget import views_nbytes
-    from snapfit.stream.choose import resident_peak_nbytes
+    from snapfit.stream.plan import resident_peak_nbytes
+    from snapfit.stream.stats import DataStats
 
     res = out.data
     cores = os.cpu_count() or 1
@@ -649,7 +650,7 @@ def section_product(out: Out, rows: int) -> None:
         ooc = where == "out of core"
         # w views of every thread, and half the data's decoded bytes: a streamed fit
         budget = views_nbytes(ds.n_features, jobs) + max(decoded // 2, 3 * largest_chunk(ds))
-        peak = resident_peak_nbytes(ds, jobs)
+        peak = resident_peak_nbytes(DataStats.read(ds, sample=False), jobs)
         est = LogisticRegression(C=C, device=device, n_jobs=jobs, tol=TOL, max_iter=max_iter,
                                  random_state=0, memory_budget=budget if ooc else None,
                                  chunk_rows=chunk_rows if ooc else None)  # fmt: skip

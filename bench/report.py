@@ -303,6 +303,8 @@ def write_report(res: dict, out_dir: str) -> None:
     targets = _targets(res)
     if targets:
         lines += ["## Time to target", ""]
+        if not res.get("intercept", True):
+            lines += ["No intercept: every system fits `w` alone (no constant feature).", ""]
         for t in targets:
             png = f"time_to_target_{t['set'].get('kind') or t['set']['name']}.png"
             plot_target(t, os.path.join(out_dir, png))

@@ -204,7 +204,12 @@ def main(argv=None) -> None:
                          "liblinear), replacing the mode's")  # fmt: skip
     ap.add_argument("--systems", nargs="*", default=None, metavar="SYSTEM",
                     help="time to target for these systems only (default: all)")  # fmt: skip
+    ap.add_argument("--no-intercept", action="store_true",
+                    help="time to target with w alone, no constant feature, in every system "
+                         "(needs --skip agree table)")  # fmt: skip
     a = ap.parse_args(argv)
+    if a.no_intercept and not {"agree", "table"} <= set(a.skip):
+        ap.error("--no-intercept measures the time to target only: add --skip agree table")
     targets = tuple(a.systems) if a.systems else CURVE + SWEEP
     unknown = sorted(set(targets) - set(CURVE + SWEEP))
     if unknown:
@@ -231,6 +236,7 @@ def main(argv=None) -> None:
     command += f" --skip {' '.join(a.skip)}" if a.skip else ""
     command += f" --budget {' '.join(a.budget)}" if a.budget else ""
     command += f" --systems {' '.join(targets)}" if a.systems else ""
+    command += " --no-intercept" if a.no_intercept else ""
     if a.dry_run:
         log(f"{command} ({mode} mode) would run:")
         for line in plan(cfg, a):
@@ -238,6 +244,7 @@ def main(argv=None) -> None:
         return
     t_start = time.time()
     res = {"mode": mode, "C": a.C, "repeats": a.repeats, "machine": machine_info(),
+           "intercept": not a.no_intercept,
            "command": command, "scale": a.scale, "loadavg_start": os.getloadavg(),
            "timings": {}}  # fmt: skip
     timings = res["timings"]
@@ -272,6 +279,7 @@ def main(argv=None) -> None:
                 systems=targets,
                 budget_s=cfg["target_budget_s"],
                 log=log,
+                intercept=not a.no_intercept,
             )  # fmt: skip
             for kr in cfg["target"]
         ]

@@ -14,6 +14,8 @@ All systems minimise snapfit's objective ``1/2 ||w||^2 + 1/2 b^2 + C sum_i log(1
 snap ML (``regularizer=1/C``, ``fit_intercept=True`` appends a constant feature) and liblinear
 natively; lbfgs and saga (which leave the intercept unpenalized) get a column of ones and
 ``fit_intercept=False``; VW gets a constant feature, ``--noconstant`` and ``--bfgs --l2 1/C``.
+A spec with ``intercept=False`` fits ``w`` alone in every system (``b = 0``); VW, whose files
+carry the constant feature, is not run then.
 ``primal`` is recomputed here with one formula for all of them.
 """
 
@@ -90,13 +92,13 @@ def _stream_source(spec):
     budget fails while planning, before any data is read, so the retries cost no real time)."""
     from snapfit.data import Dataset
     from snapfit.errors import ResourceError
-    from snapfit.stream.source import StreamSource
+    from snapfit.train import stream_dataset
 
     ds = Dataset(os.path.join(spec["set"], "train.parquet"))
     budget = _BUDGET_USED.get(spec["set"], int(spec["budget"]))
     for _ in range(8):
         try:
-            src = StreamSource(ds, budget, n_jobs=spec["n_jobs"])
+            src = stream_dataset(ds, budget, n_units=spec["n_jobs"])
             _BUDGET_USED[spec["set"]] = budget
             return src
         except ResourceError as e:
@@ -127,7 +129,8 @@ def run_snapfit(spec, X, y) -> dict:
     source = _snapfit_source(spec, X, y)
     source_kind = type(source).__name__
     problem = Problem(
-        n_features=source.n_features, c_pos=C, c_neg=C, bias=1.0, tol=spec.get("tol", 1e-4),
+        n_features=source.n_features, c_pos=C, c_neg=C, bias=1.0 if _intercept(spec) else 0.0,
+        tol=spec.get("tol", 1e-4),
         max_iter=spec.get("max_iter", 1000), seed=_seed(spec.get("seed_run", 0)),
     )  # fmt: skip
 
@@ -168,6 +171,10 @@ def run_snapfit(spec, X, y) -> dict:
     return out
 
 
+def _intercept(spec) -> bool:
+    return bool(spec.get("intercept", True))
+
+
 def _common(fit_s, n_iter, w, b) -> dict:
     return {"fit_s": fit_s, "n_iter": int(n_iter), "peak_rss_mb": peak_rss_mb(),
             "_w": np.asarray(w, dtype=np.float64).ravel(), "_b": float(b)}  # fmt: skip
@@ -177,7 +184,8 @@ def run_snapml(spec, X, y) -> dict:
     from snapml import LogisticRegression
 
     m = LogisticRegression(
-        regularizer=1.0 / spec["C"], dual=True, n_jobs=spec["n_jobs"], fit_intercept=True,
+        regularizer=1.0 / spec["C"], dual=True, n_jobs=spec["n_jobs"],
+        fit_intercept=_intercept(spec),
         intercept_scaling=1.0, tol=spec.get("tol", 1e-4), max_iter=spec.get("max_iter", 1000),
         random_state=0,
     )  # fmt: skip
@@ -185,7 +193,8 @@ def run_snapml(spec, X, y) -> dict:
     m.fit(X, y)
     fit_s = time.perf_counter() - t0
     n_iter = int(np.ravel(m.n_iter_)[0])
-    out = _common(fit_s, n_iter, m.coef_, float(np.ravel(m.intercept_)[0]))
+    b = float(np.ravel(m.intercept_)[0]) if _intercept(spec) else 0.0
+    out = _common(fit_s, n_iter, m.coef_, b)
     out.update(epoch_s=fit_s / n_iter, nnz_per_s=X.nnz * n_iter / fit_s)
     return out
 
@@ -198,11 +207,13 @@ def run_sklearn(spec, X, y) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     solver = spec["system"]
-    aug = solver != "liblinear"  # lbfgs and saga do not penalize their own intercept
+    # lbfgs and saga do not penalize their own intercept: a column of ones instead
+    aug = solver != "liblinear" and _intercept(spec)
     Xf = with_ones(X) if aug else X
     tol = spec.get("tol", 1e-4) or 1e-300  # liblinear refuses tol=0
     m = LogisticRegression(
-        C=spec["C"], solver=solver, fit_intercept=not aug, intercept_scaling=1.0,
+        C=spec["C"], solver=solver, fit_intercept=_intercept(spec) and not aug,
+        intercept_scaling=1.0,
         tol=tol, max_iter=spec.get("max_iter", 1000), random_state=0,
     )  # fmt: skip
     with warnings.catch_warnings():
@@ -211,7 +222,7 @@ def run_sklearn(spec, X, y) -> dict:
         m.fit(Xf, y)
         fit_s = time.perf_counter() - t0
     coef = m.coef_.ravel()
-    w, b = (coef[:-1], coef[-1]) if aug else (coef, float(m.intercept_[0]))
+    w, b = (coef[:-1], coef[-1]) if aug else (coef, float(np.ravel(m.intercept_)[0]))
     n_iter = int(np.ravel(m.n_iter_)[0])
     out = _common(fit_s, n_iter, w, b)
     out.update(epoch_s=fit_s / max(n_iter, 1), nnz_per_s=X.nnz * n_iter / fit_s)
@@ -258,6 +269,8 @@ def vw_weights(ws, n_features: int) -> np.ndarray:
 
 
 def run_vw(spec, X, y) -> dict:
+    if not _intercept(spec):
+        raise ValueError("VW runs with its constant feature only (bench without --no-intercept)")
     path = vw_files(spec["set"], X, y)
     passes = spec.get("max_iter", 50)
     args = (

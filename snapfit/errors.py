@@ -22,3 +22,8 @@ class ResourceError(SnapfitError, RuntimeError):
 class StallError(ResourceError):
     """A unit's thread or a GPU made no progress within the stall timeout
     (``SNAPFIT_STALL_TIMEOUT``); the message names the unit and what it was waiting for."""
+
+
+class BudgetError(Exception):
+    """The memory budget is too small for the bounded AUC state of ``snapfit.metrics`` (the
+    CLI maps it to exit 4)."""

@@ -1,9 +1,10 @@
 """The scikit-learn door: ``snapfit.LogisticRegression``.
 
-``__init__`` stores its arguments verbatim; ``fit`` validates them, turns the input into chunks,
-hands a ``Problem`` to ``snapfit.engine.fit`` and keeps what comes back. The objective is
-scikit-learn's (liblinear's, with a regularized intercept feature), so coefficients can be checked
-against ``sklearn.linear_model.LogisticRegression(solver="liblinear")`` for the same ``C``.
+``__init__`` stores its arguments verbatim; ``fit`` validates them, turns the input into a
+source, hands it and a ``Problem`` to ``snapfit.train.train`` and keeps what comes back. The
+objective is scikit-learn's (liblinear's, with a regularized intercept feature), so coefficients
+can be checked against ``sklearn.linear_model.LogisticRegression(solver="liblinear")`` for the
+same ``C``.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from snapfit.errors import BudgetError
+
 #: Bytes per row the exact AUC needs: the score, the signed weight, and an argsort index.
 EXACT_BYTES_PER_ROW = 24
 #: Bytes per segment of the bounded AUC: a left edge, two weights, a count, four extremes, a
@@ -39,10 +41,6 @@ MIN_SEGMENTS = 1024
 SPLIT = 1024
 
 Batches = Callable[[], Iterable[tuple[np.ndarray, np.ndarray, "np.ndarray | None"]]]
-
-
-class BudgetError(Exception):
-    """The memory budget is too small for the bounded AUC state (callers map it to exit 4)."""
 
 
 def _pm1(y) -> np.ndarray:

@@ -115,12 +115,80 @@ def resolve_budget(memory_budget, *, limit: int | None = None) -> int:
     return budget if not limit else min(budget, int(limit) // 2)
 
 
-def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0):
-    """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed."""
-    from snapfit.stream.choose import source_for_dataset
+def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0,
+                 plan=None):  # fmt: skip
+    """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed.
+    ``plan``: the ``plan_dataset`` already made for it (a Dask part plans first, to keep a
+    resident share's rows for a next generation)."""
+    if plan is None:
+        plan = plan_dataset(dataset, budget, n_units=devices.n_units, chunk_rows=chunk_rows,
+                            hot=devices.shares_cpu, allow_resident=True)  # fmt: skip
+    return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed)
 
-    return source_for_dataset(dataset, budget=budget, n_units=devices.n_units,
-                              chunk_rows=chunk_rows, seed=seed, hot=devices.shares_cpu)  # fmt: skip
+
+def stream_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
+                   seed: int = 0, mode=None, cache_format=None, cache_dir=None,
+                   hot: bool = False, allow_resident: bool = False):  # fmt: skip
+    """``plan_dataset`` then ``open_planned``: a ``StreamSource``, or with ``allow_resident`` a
+    ``ResidentSource`` when the data fits ``budget``."""
+    plan = plan_dataset(dataset, budget, n_units=n_units, chunk_rows=chunk_rows,
+                        piece_rows=piece_rows, mode=mode, cache_format=cache_format,
+                        cache_dir=cache_dir, hot=hot, allow_resident=allow_resident)  # fmt: skip
+    return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed, cache_dir=cache_dir)
+
+
+def plan_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
+                 mode=None, cache_format=None, cache_dir=None, hot: bool = False,
+                 allow_resident: bool = True):  # fmt: skip
+    """The data's statistics read once (``DataStats.read``) and the one decision of where its
+    rows live (``snapfit.stream.plan.plan_stream``). ``mode`` / ``cache_format`` default to
+    ``SNAPFIT_STREAM`` / ``SNAPFIT_CACHE_FORMAT``, else "auto"; ``hot``: threads sharing ``w``
+    train on it (their relabeled ids run past ``n_features``: ``snapfit.engine.shared``)."""
+    import os
+
+    from snapfit.engine.shared import MAX_HOT, hot_base
+    from snapfit.stream.budget import temp_dir
+    from snapfit.stream.cache import free_room
+    from snapfit.stream.memlimit import available_memory
+    from snapfit.stream.plan import first_chunk_rows, piece_rows_for, plan_stream
+    from snapfit.stream.stats import DataStats
+
+    nf = int(dataset.n_features)
+    id_bound = hot_base(nf) + MAX_HOT if hot else nf
+    guess = piece_rows_for(first_chunk_rows(dataset.n_rows, chunk_rows), piece_rows)
+    stats = DataStats.read(dataset, piece_rows=guess, id_bound=id_bound)
+    mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
+    fmt = cache_format or os.environ.get("SNAPFIT_CACHE_FORMAT") or "auto"
+    return plan_stream(stats, budget=budget, n_units=n_units, chunk_rows=chunk_rows,
+                       piece_rows=piece_rows, mode=mode, cache_format=fmt, id_bound=id_bound,
+                       disk_free=free_room(cache_dir or temp_dir()) if stats.on_files else 0,
+                       memory=available_memory() or 0, allow_resident=allow_resident)  # fmt: skip
+
+
+def open_planned(dataset, plan, *, chunk_rows=None, seed: int = 0, cache_dir=None):
+    """The source ``plan`` says: ``ResidentSource``, or a ``StreamSource`` whose cache, for
+    threads sharing ``w`` (``plan.id_bound`` past ``n_features``), stores the ids of the hot set
+    chosen here, before its first pass."""
+    import logging
+
+    from snapfit.engine.shared import COUNT_ROWS, choose_hot, hot_code
+    from snapfit.engine.source import ResidentSource
+    from snapfit.stream.budget import temp_dir
+    from snapfit.stream.source import StreamSource
+    from snapfit.stream.stats import column_counts
+
+    if plan.resident:
+        return ResidentSource(dataset, chunk_rows)
+    cache_dir = cache_dir or temp_dir()
+    if plan.note:
+        logging.getLogger("snapfit").warning("%s (in %s)", plan.note, cache_dir)
+    chosen = code = None
+    if plan.id_bound > plan.n_features:
+        counts = column_counts(dataset, plan.rg_rows, plan.flags, COUNT_ROWS)
+        chosen = choose_hot(*counts)
+        if plan.mode == "cache" and len(chosen[0]):
+            code = hot_code(chosen[0], plan.n_features)
+    return StreamSource(dataset, plan, seed=seed, cache_dir=cache_dir, hot=chosen, code=code)
 
 
 def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Trainer:
@@ -135,10 +203,19 @@ def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Tra
         devices = replace(devices, n_cpu=0)
     state = source.make_state()
     try:
-        return Trainer(source, problem, state, devices)
+        return Trainer(source, problem, state, devices, gpu_unit=_gpu_unit(devices))
     except BaseException:
         state.close()
         raise
+
+
+def _gpu_unit(devices: Devices):
+    """The GPU unit factory for the trainer (imported only when there are GPUs)."""
+    if not devices.gpu_ids:
+        return None
+    from snapfit.gpu.unit import GpuUnit
+
+    return GpuUnit
 
 
 def _checkpointer(spec: Checkpoints, source, problem, devices) -> Checkpointer:

@@ -184,7 +184,7 @@ def test_an_unwritable_out_or_json_is_refused_before_training(d, tmp_path, no_tr
 
 def test_a_scheduler_that_does_not_answer_is_one_line_naming_it(d, tmp_path, monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr("snapfit.cli_train.CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("snapfit.cli.train.CONNECT_TIMEOUT_S", 0.5)
     res = run("train", d / "train.parquet", "--out", tmp_path / "m.npz", "--scheduler",
               "tcp://127.0.0.1:1")  # fmt: skip
     one_line_error(res, 4, "tcp://127.0.0.1:1: no Dask scheduler answered within 0.5 s")

@@ -10,7 +10,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 import snapfit
 from snapfit.cli import cli
-from snapfit.cli_args import parse_bytes
+from snapfit.cli.args import parse_bytes
 from snapfit.data import write_parquet
 from snapfit.metrics import EXACT_BYTES_PER_ROW
 

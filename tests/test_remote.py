@@ -12,7 +12,7 @@ from snapfit.cli import cli
 from snapfit.data import Dataset
 from snapfit.datasets import convert, make_criteo_like_parquet, make_criteo_like_tsv
 from snapfit.errors import DataError
-from snapfit.stream.choose import source_for_dataset
+from snapfit.train import stream_dataset
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_urls_list_like_paths(store):
 @pytest.mark.parametrize("budget", [None, "600kB"])  # resident; streamed through the cache
 def test_a_remote_fit_is_the_local_fit(store, budget):
     d, url = store
-    chosen = source_for_dataset(Dataset(url), budget=600_000, n_units=1)
+    chosen = stream_dataset(Dataset(url), 600_000, allow_resident=True)
     assert type(chosen).__name__ == "StreamSource"
     kw = dict(C=0.1, tol=1e-8, random_state=0, memory_budget=budget)
     local = snapfit.LogisticRegression(**kw).fit([d / "part-0.parquet", d / "part-1.parquet"])

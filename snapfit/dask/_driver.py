@@ -13,22 +13,12 @@ Mental model (one fit)::
              every `checkpoint_every` rounds the measure also returns alpha: the driver's
              checkpoint (w is not stored: it is recomputed from alpha on recovery)
 
-Why the correction. Plain CoCoA+ (``theta = 0``) lets each worker solve its share's subproblem
-with curvature ``sigma' ||A_k dalpha||^2`` against the common ``w``, which bounds how the other
-workers' moves interact with its own. Its rounds converge, but each round only moves dual mass
-between workers through that bound: where every row shares dense directions (the intercept,
-Criteo's 13 integer fields) the exchange between fixed shares goes at a rate of about
-``(4/C) / (sigma' * s^2)``, ``s^2`` the share's top eigenvalue along the shared direction (~n_k
-* ||x||^2): a 2-worker fit on Criteo-like rows stalled near 1e-3 relative gap. It is the same
-effect as visiting one process's rows row group by row group instead of in one permutation,
-and it is not a bookkeeping error (``w = w(alpha)`` to 1e-14, sigma' consistent, every part
-re-shuffling its rows each pass). The correction makes each subproblem the dual of DANE's
-(Shamir, Srebro & Zhang 2014) with the share's loss scaled by ``s_k = n / n_k``: its linear term
-becomes the global gradient minus the share's own, so a share moves as if the other rows
-answered like its own. It keeps the same curvature and the same alpha (``w`` stays exactly
-``w(alpha)``); when a round makes the exact gap worse it is taken back. Each round costs one
-measuring pass plus the subproblem's passes (until its gap estimate is below the share's part of
-the global gap, at most ``max_passes``), and two vectors each way per worker.
+Why the correction: plain CoCoA+ (``theta = 0``) only moves dual mass between fixed shares
+through its curvature bound, which on rows sharing dense directions (the intercept, Criteo's 13
+integer fields) stalled a 2-worker fit near 1e-3 relative gap. With it each subproblem is the
+dual of DANE's (Shamir, Srebro & Zhang 2014), the share's loss scaled by ``s_k = n / n_k``: same
+curvature, same alpha (``w`` stays exactly ``w(alpha)``), a round that worsens the exact gap is
+taken back. See docs/dask.md ("How a fit runs") for the rate and the measurements.
 
 A lost worker (gone from the scheduler, or its actor unreachable) rolls ALL parts back to the
 last checkpointed round: survivors keep their ids and adopt the lost ones (balanced by nnz), a

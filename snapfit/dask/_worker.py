@@ -22,17 +22,21 @@ A round asks two things of a part (see ``_driver`` for why):
 
 from __future__ import annotations
 
-import copy
 import time
 
 import numpy as np
 
 from snapfit.dask import _kernels
-from snapfit.data.chunk import Chunk
+from snapfit.data.chunk import Chunk, concat_chunks, split_rows
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer
-from snapfit.engine.source import concat_chunks, split_rows
 from snapfit.solvers import cpu
-from snapfit.train import make_trainer, open_dataset, resolve_budget, resolve_devices
+from snapfit.train import (
+    make_trainer,
+    open_dataset,
+    plan_dataset,
+    resolve_budget,
+    resolve_devices,
+)
 
 #: Bytes per row a part keeps besides the engine's own: the saved alpha of the accepted point.
 EXTRA_BYTES_PER_ROW = 8
@@ -45,16 +49,6 @@ def _array_chunk(block) -> Chunk:
     X, y, weight = block
     indptr, indices, values, y_pm, weight, _ = csr_arrays(X, y, weight)
     return Chunk(indptr, indices, values, y_pm, weight)
-
-
-def share_of(dataset, ids: list[int]):
-    """The Parquet ``Dataset`` restricted to row groups ``ids`` (in that order): the engine's
-    sources see only this worker's share, so they cannot read anything else."""
-    view = copy.copy(dataset)
-    view.chunks = [dataset.chunks[k] for k in ids]
-    used = {ref.file for ref in view.chunks}
-    view.files = [f for f in dataset.files if f in used]
-    return view
 
 
 def _devices(units: dict, worker) -> Devices:
@@ -139,12 +133,22 @@ class Part:
         self.chunk = concat_chunks(chunks)  # its source is made by start(), with n_features
 
     def _open_parquet(self, dataset, kept, budget: int, chunk_rows) -> None:
-        from snapfit.stream.choose import resident_peak_nbytes
+        """This share through the single-node path: planned once by ``train.plan_dataset``
+        (resident or streamed), opened by ``train.open_dataset``. A resident share is kept here
+        as rows, so that a next generation on this worker reuses them (``inherit``)."""
+        from snapfit.errors import ResourceError
 
-        share = share_of(dataset, self.ids)
+        share = dataset.subset(self.ids)
         self.rows = [ref.n_rows for ref in share.chunks]
         budget -= EXTRA_BYTES_PER_ROW * sum(self.rows)
-        if not share.files or resident_peak_nbytes(share, self.devices.n_units) <= budget:
+        if budget <= 0:
+            raise ResourceError(
+                f"worker {self.address}: memory_budget leaves nothing for its {sum(self.rows)} "
+                "rows; raise memory_budget or add workers."
+            )
+        plan = plan_dataset(share, budget, n_units=self.devices.n_units, chunk_rows=chunk_rows,
+                            hot=self.devices.shares_cpu)  # fmt: skip
+        if plan.resident:
             chunks = []
             for j, k in enumerate(self.ids):
                 if k in kept:
@@ -155,16 +159,9 @@ class Part:
                     self.read.append((ref.file, ref.row_group))
             self._keep_resident(chunks)
             return
-        from snapfit.errors import ResourceError
-
-        if budget <= 0:
-            raise ResourceError(
-                f"worker {self.address}: memory_budget leaves nothing for its {sum(self.rows)} "
-                "rows; raise memory_budget or add workers."
-            )
         self.mode = "stream"
         self.source = open_dataset(share, budget=budget, devices=self.devices,
-                                   chunk_rows=chunk_rows)  # fmt: skip
+                                   chunk_rows=chunk_rows, plan=plan)  # fmt: skip
         self.read = [(ref.file, ref.row_group) for ref in share.chunks]
 
     def resident_rows(self) -> dict[int, Chunk]:
@@ -199,20 +196,6 @@ class Part:
             "sigma_units": self.devices.cocoa_units,
             "gpus": len(self.devices.gpu_ids),
         }
-
-    def _each_chunk(self, fn) -> None:
-        """``fn(chunk, alpha)`` for every chunk of the share, through the source and its dual
-        state (so streamed chunks come and go as in a pass), with ``alpha`` brought home from
-        any device first."""
-        tr = self.trainer
-        tr.sync_alpha()
-        src, state = self.source, tr.state
-        for k, chunk in src.epoch(list(range(src.n_chunks))):
-            try:
-                fn(chunk, state.alpha_of(k))
-            finally:
-                src.release(k)
-                state.release(k)
 
     # -- the fit ---------------------------------------------------------------------------
     def start(
@@ -255,14 +238,19 @@ class Part:
         tr = self.trainer
         p = tr.problem
         w_in = tr.inward(w)  # the trainer's feature order (threads sharing w relabel features)
-        r_in = np.zeros_like(w_in)
+        r_of = [np.zeros_like(w_in) for _ in range(tr.k)]  # one gradient per unit's thread
+
+        def one(t, chunk, alpha):
+            return _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha,
+                                    w_in, r_of[t])  # fmt: skip
+
+        # the trainer's own pass over the share, its units' threads in parallel
         sums = np.zeros(3)
-
-        def one(chunk, alpha):
-            sums[:] += _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias,
-                                        alpha, w_in, r_in)  # fmt: skip
-
-        self._each_chunk(one)
+        for part in tr.map_chunks(one):
+            sums += part
+        r_in = r_of[0]
+        for r_t in r_of[1:]:
+            r_in += r_t
         r = tr.outward(r_in)
         self.w_measured, self.r = w, r
         out = {"loss": sums[0], "ent": sums[1], "gap": sums[2]}

@@ -6,6 +6,7 @@ Every layer speaks this one shape, in this one order, so kernels take
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -51,3 +52,40 @@ class Chunk(NamedTuple):
             self.y[lo:hi],
             None if self.weight is None else self.weight[lo:hi],
         )
+
+
+def _concat_optional(parts, sizes) -> np.ndarray | None:
+    """Concatenate optional float32 arrays; an absent one counts as ones (its default)."""
+    if all(p is None for p in parts):
+        return None
+    return np.concatenate(
+        [p if p is not None else np.ones(n, np.float32) for p, n in zip(parts, sizes, strict=True)]
+    )
+
+
+def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
+    """One chunk holding all rows of ``chunks`` in order."""
+    if len(chunks) == 1:
+        return chunks[0]
+    nnz = np.cumsum([0] + [c.nnz for c in chunks])
+    indptr = np.concatenate(
+        [np.zeros(1, np.int64)]
+        + [c.indptr[1:] - c.indptr[0] + nnz[i] for i, c in enumerate(chunks)]
+    )
+    values = _concat_optional([c.values for c in chunks], [c.nnz for c in chunks])
+    weight = _concat_optional([c.weight for c in chunks], [c.n_rows for c in chunks])
+    return Chunk(
+        indptr,
+        np.concatenate([c.indices for c in chunks]),
+        values,
+        np.concatenate([c.y for c in chunks]),
+        weight,
+    )
+
+
+def split_rows(chunk: Chunk, chunk_rows: int | None) -> list[Chunk]:
+    """``chunk`` cut into chunks of ``chunk_rows`` rows (views; None: the chunk itself)."""
+    n = chunk.n_rows
+    if not chunk_rows or chunk_rows >= n:
+        return [chunk]
+    return [chunk.rows(lo, min(n, lo + chunk_rows)) for lo in range(0, n, chunk_rows)]

@@ -6,12 +6,11 @@ out-of-core training share one code path. Chunks here are views of one CSR matri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-
 import numpy as np
 import scipy.sparse as sp
 
 from snapfit.data import validate as v
+from snapfit.data.base import ChunkedDataset
 from snapfit.data.chunk import Chunk
 from snapfit.data.reader import ChunkRef
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
@@ -64,7 +63,7 @@ def csr_arrays(X, y=None, weight=None, *, n_features=None):
     return indptr, indices, values, y, weight, n_features
 
 
-class ArrayDataset:
+class ArrayDataset(ChunkedDataset):
     """In-memory dataset: a CSR matrix cut into chunks of ``chunk_rows`` rows.
 
     Parameters
@@ -106,14 +105,6 @@ class ArrayDataset:
             f"{len(self.chunks)} chunks)"
         )
 
-    @property
-    def n_rows(self) -> int:
-        return len(self._arrays[0]) - 1
-
-    @property
-    def nnz(self) -> int:
-        return int(self._arrays[0][-1])
-
     def read_chunk(self, k: int) -> Chunk:
         """Chunk ``k`` as views of the arrays (indptr rebased, so a small copy)."""
         indptr, indices, values, y, weight = self._arrays
@@ -126,17 +117,3 @@ class ArrayDataset:
             np.zeros(b - a, np.float32) if y is None else y[a:b],
             None if weight is None else weight[a:b],
         )
-
-    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
-        """Chunks ``ids`` (default: all, in order)."""
-        for k in range(len(self.chunks)) if ids is None else ids:
-            yield self.read_chunk(k)
-
-    def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
-        """(negatives, positives) over chunks ``ids``."""
-        if not self.has_labels:
-            return 0, 0
-        y = self._arrays[3]
-        parts = [y] if ids is None else [self.read_chunk(k).y for k in ids]
-        n_pos = sum(int((p > 0).sum()) for p in parts)
-        return sum(len(p) for p in parts) - n_pos, n_pos

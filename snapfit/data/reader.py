@@ -7,10 +7,11 @@ only, so a driver can split chunks between workers and devices before any data m
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 from snapfit.data import fs
 from snapfit.data import validate as v
+from snapfit.data.base import ChunkedDataset
 from snapfit.data.chunk import Chunk
 from snapfit.data.schema import (
     INDICES,
@@ -205,7 +207,7 @@ def _check_same_conversion(first: str, first_kv: dict, file: str, kv: dict) -> N
         )
 
 
-class Dataset:
+class Dataset(ChunkedDataset):
     """Parquet CSR dataset: chunks (= row groups) planned from metadata, read on demand.
 
     Parameters
@@ -240,16 +242,6 @@ class Dataset:
         self.validate = validate
         self._local = threading.local()
         self._plan(n_features, require_labels)
-
-    @classmethod
-    def from_arrays(cls, X, y=None, weight=None, *, chunk_rows=None, n_features=None):
-        """An in-memory dataset over numpy / scipy.sparse arrays with the same interface.
-
-        See :class:`snapfit.data.ArrayDataset`.
-        """
-        from snapfit.data.memory import ArrayDataset
-
-        return ArrayDataset(X, y, weight, chunk_rows=chunk_rows, n_features=n_features)
 
     def _plan(self, n_features, require_labels):
         chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
@@ -316,6 +308,16 @@ class Dataset:
         offsets = _column(table, INDICES).offsets.to_numpy()
         return ref._replace(nnz=int(offsets[-1] - offsets[0]))
 
+    def subset(self, ids: Sequence[int]) -> Dataset:
+        """This data set restricted to row groups ``ids`` (chunk indices, in that order): a Dask
+        part's share, whose sources can read nothing else. Footers are not read again."""
+        view = copy.copy(self)
+        view.chunks = [self.chunks[k] for k in ids]
+        used = {ref.file for ref in view.chunks}
+        view.files = [f for f in self.files if f in used]
+        view._local = threading.local()
+        return view
+
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_local")  # open files are per thread and per process
@@ -330,14 +332,6 @@ class Dataset:
             f"Dataset({self.source!r}: {self.n_rows} rows, {self.nnz} nnz, "
             f"{self.n_features} features, {len(self.chunks)} chunks)"
         )
-
-    @property
-    def n_rows(self) -> int:
-        return sum(c.n_rows for c in self.chunks)
-
-    @property
-    def nnz(self) -> int:
-        return sum(c.nnz for c in self.chunks)
 
     def _pf(self, file: str) -> pq.ParquetFile:
         files = getattr(self._local, "files", None)
@@ -395,11 +389,6 @@ class Dataset:
     def has_values_in(self, file: str) -> bool:
         """Whether ``file`` stores a ``values`` column (without it every value is 1)."""
         return VALUES in self._columns[file]
-
-    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
-        """Chunks ``ids`` (default: all, in order), read one at a time."""
-        for k in range(len(self.chunks)) if ids is None else ids:
-            yield self.read_chunk(k)
 
     def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
         """(negatives, positives) over chunks ``ids``, reading only the label column."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-
 import pyarrow as pa
 
 from snapfit.data import validate as v
+from snapfit.data.base import ChunkedDataset
 from snapfit.data.chunk import Chunk
 from snapfit.data.reader import ChunkRef, _check_schema, decode_table
 from snapfit.data.schema import LABEL, decode_metadata
@@ -15,7 +14,7 @@ from snapfit.errors import DataError
 TABLE = "<pyarrow.Table>"
 
 
-class TableDataset:
+class TableDataset(ChunkedDataset):
     """The whole table is one chunk; ``n_features`` from its metadata or its largest index."""
 
     def __init__(self, table: pa.Table, *, n_features: int | None = None):
@@ -39,25 +38,7 @@ class TableDataset:
         )
         self.chunks = [ChunkRef(TABLE, 0, self._chunk.n_rows, self._chunk.nnz)]
 
-    @property
-    def n_rows(self) -> int:
-        return self._chunk.n_rows
-
-    @property
-    def nnz(self) -> int:
-        return self._chunk.nnz
-
     def read_chunk(self, k: int) -> Chunk:
         if k != 0:
             raise IndexError(f"{TABLE} has one chunk; asked for chunk {k}")
         return self._chunk
-
-    def iter_chunks(self, ids: Iterable[int] | None = None) -> Iterator[Chunk]:
-        for k in [0] if ids is None else ids:
-            yield self.read_chunk(k)
-
-    def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
-        if not self.has_labels:
-            return 0, 0
-        n_pos = int((self._chunk.y > 0).sum())
-        return self._chunk.n_rows - n_pos, n_pos

@@ -236,6 +236,7 @@ class ChunkWriter:
         self._filling: _GroupBuffer | None = None
         self.row_group_nnz: list[int] = []
         self.n_rows = 0
+        self._closed = False
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._inflight = None
         self._bar = progress.bar("write")
@@ -290,6 +291,7 @@ class ChunkWriter:
     def close(self, n_features=None, more: dict | None = None) -> None:
         """Flush the last (short) row group and write the footer with the metadata (and
         ``more`` provenance, known only once every row was seen)."""
+        self._closed = True
         if self._filling is not None and self._filling.rows:
             self._flush()
         nf = n_features if n_features is not None else self.n_features
@@ -303,8 +305,20 @@ class ChunkWriter:
         self._writer.add_key_value_metadata(md)
         self._writer.close()
 
+    def __enter__(self) -> ChunkWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Leaving a ``with`` block: ``close`` (unless the block did, with its own metadata),
+        or ``abort`` on an error, which then propagates (the caller removes the file)."""
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.close()
+
     def abort(self) -> None:
         """Close the file handle after an error (the caller removes the file)."""
+        self._closed = True
         try:
             self._wait()
         except Exception:
@@ -370,10 +384,6 @@ def write_parquet(
             provenance=prov,
             parquet_options=parquet_options,
         )
-        try:
+        with writer:  # closed at the end, aborted on an error
             writer.append(indptr, indices, values, labels, weight)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
     return out

@@ -81,7 +81,7 @@ def convert_parquet(
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
-        try:
+        with writer:  # closed at the end, aborted on an error
             for chunk in ds.iter_chunks():
                 values = chunk.values
                 if has_values and values is None:
@@ -91,10 +91,6 @@ def convert_parquet(
                     weight = np.ones(chunk.n_rows, np.float32)
                 labels = chunk.y.astype(np.int8) if ds.has_labels else None
                 writer.append(chunk.indptr, chunk.indices, values, labels, weight)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
     nnz = sum(writer.row_group_nnz)
     return ConvertReport(out, writer.n_rows, nnz, len(writer.row_group_nnz), 0, [])
 

@@ -23,10 +23,6 @@ N_FIELDS = N_INT + N_CAT
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
-_HEX = np.full(256, 255, dtype=np.uint8)
-_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
-_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
-_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
@@ -60,24 +56,6 @@ def cat_index(field, tokens: np.ndarray, hash_bits: int) -> np.ndarray:
 def int_values(x: np.ndarray) -> np.ndarray:
     """Value (float32) of an integer field: ``log1p(max(x, 0))``."""
     return np.log1p(np.maximum(x, 0).astype(np.float64)).astype(np.float32)
-
-
-def hex8_tokens(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens (uint32) of an (m, 8) uint8 array of hex digits, and a mask of rows holding a
-    character that is not a hex digit."""
-    nib = _HEX[chars]
-    bad = (nib == 255).any(axis=1)
-    packed = (nib[:, 0::2] << np.uint8(4)) | nib[:, 1::2]  # (m, 4) bytes, most significant first
-    return np.ascontiguousarray(packed).view(">u4").ravel().astype(np.uint32), bad
-
-
-def parse_hex8(data: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Like :func:`hex8_tokens` for 8-digit strings starting at ``starts`` in buffer ``data``."""
-    if len(starts) and starts[-1] - starts[0] == 8 * (len(starts) - 1):
-        chars = data[starts[0] : starts[0] + 8 * len(starts)].reshape(-1, 8)  # contiguous: a view
-    else:
-        chars = data[starts[:, None] + np.arange(8)]
-    return hex8_tokens(chars)
 
 
 def format_hex8(tokens: np.ndarray) -> np.ndarray:

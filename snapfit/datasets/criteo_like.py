@@ -181,14 +181,10 @@ def make_criteo_like_parquet(
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
-        try:
+        with writer:  # closed at the end, aborted on an error
             to_csr = lambda blk: (*rows_to_csr(*blk[1:], hash_bits), blk[0])  # noqa: E731
             for indptr, indices, values, labels in iter_blocks(rows, seed, to_csr):
                 writer.append(indptr, indices, values, labels)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
     nnz = sum(writer.row_group_nnz)
     return ConvertReport(out, writer.n_rows, nnz, len(writer.row_group_nnz), 0, [])
 

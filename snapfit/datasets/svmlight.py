@@ -25,11 +25,6 @@ from snapfit.datasets.textio import open_binary, read_error
 from snapfit.errors import DataError
 
 
-def _lines(block: bytes) -> list[bytes]:
-    """Lines of a block that hold a row (not blank, not only a comment), as scikit-learn sees."""
-    return [ln for ln in block.split(b"\n") if ln.split(b"#", 1)[0].split()]
-
-
 def _blocks(path, block_bytes: int):
     """(first line number, bytes) of whole-line blocks of the (decompressed) file."""
     line, rest = 1, b""
@@ -150,7 +145,7 @@ def convert_svmlight(
         writer = ChunkWriter(
             tmp, n_features=None, row_group_rows=row_group_rows, provenance=provenance
         )
-        try:
+        with writer:  # closed at the end, aborted on an error
             for first_line, block in _blocks(path, block_bytes):
                 X, y = _parse(path, first_line, block)
                 if X.shape[0] == 0:
@@ -183,9 +178,6 @@ def convert_svmlight(
                     "file; raise n_features."
                 )
             writer.close(n_features=max(width, 1))
-        except BaseException:
-            writer.abort()
-            raise
         if writer.n_rows == 0:
             raise DataError(f"{path}: holds no rows; the output would be an empty dataset.")
         if one_based:
@@ -200,13 +192,9 @@ def _shift_down(tmp: str, row_group_rows, provenance, width) -> None:
     prov = dict(provenance, transform="indices shifted from one-based to zero-based")
     with atomic_output(tmp) as tmp2:
         writer = ChunkWriter(tmp2, n_features=width, row_group_rows=row_group_rows, provenance=prov)
-        try:
+        with writer:  # closed at the end, aborted on an error
             for k, ref in enumerate(src.chunks):
                 chunk = src.read_chunk(k)
                 table = src._pf(ref.file).read_row_group(ref.row_group, columns=["label"])
                 labels = table.column(0).to_numpy()
                 writer.append(chunk.indptr, chunk.indices - 1, chunk.values, labels)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise

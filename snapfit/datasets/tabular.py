@@ -395,7 +395,7 @@ def convert_table(
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
-        try:
+        with writer:  # closed at the end, aborted on an error
             for batch, place in table.batches(fmap.columns(), rows):
                 if batch.num_rows:
                     writer.append(*hasher(batch, place))
@@ -403,8 +403,5 @@ def convert_table(
             if n_rows == 0:
                 raise DataError(f"{src}: holds no rows; the output would be an empty dataset.")
             writer.close(more={"names": hasher.names_record()})
-        except BaseException:
-            writer.abort()
-            raise
     nnz, groups = sum(writer.row_group_nnz), len(writer.row_group_nnz)
     return ConvertReport(out, writer.n_rows, nnz, groups, 0, [])

@@ -16,7 +16,6 @@ refused, naming what differs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -31,7 +30,7 @@ from snapfit.errors import DataError
 
 MAGIC = b"SNAPFIT-CHECKPOINT 1\n"
 FILENAME = "checkpoint.snapfit"
-_SLICE = 1 << 22  # alpha is written and read in slices: it may be a 2 GB memory map
+_SLICE = 1 << 22  # alpha is written and read in slices: it may be a 2 GB file (DiskArray)
 
 
 class CheckpointMismatch(DataError):
@@ -51,27 +50,6 @@ def problem_params(problem: Problem) -> dict:
         # logistic's checkpoints predate the loss: recorded only for the others
         **({"loss": problem.loss} if problem.loss else {}),
     }
-
-
-def dataset_fingerprint(dataset) -> dict:
-    """Files (base name and size) and the rows and nnz of every row group, from metadata."""
-    files = []
-    for f in getattr(dataset, "files", []):
-        groups = [[int(r.n_rows), int(r.nnz)] for r in dataset.chunks if r.file == f]
-        size = os.path.getsize(f)
-        files.append({"name": os.path.basename(f), "size": size, "row_groups": groups})
-    return {"files": files, "n_features": int(dataset.n_features)}
-
-
-def arrays_fingerprint(chunks) -> dict:
-    """A SHA-256 over the arrays of in-memory chunks (one pass over the data)."""
-    h = hashlib.sha256()
-    n_rows = 0
-    for c in chunks:
-        n_rows += c.n_rows
-        for a in c:
-            h.update(b"-" if a is None else np.ascontiguousarray(a).view(np.uint8).data)
-    return {"arrays_sha256": h.hexdigest(), "n_rows": n_rows}
 
 
 def _diff(old, new, path: str = "") -> str | None:

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from snapfit.data.chunk import Chunk
-from snapfit.engine.checkpoint import arrays_fingerprint, dataset_fingerprint
+from snapfit.data.chunk import Chunk, concat_chunks, split_rows
+from snapfit.data.fingerprint import arrays_fingerprint, dataset_fingerprint
 from snapfit.engine.state import DualState
 from snapfit.solvers import cpu
 
@@ -208,43 +208,6 @@ class InMemorySource(ChunkSource):
 
     def data_fingerprint(self) -> dict:
         return arrays_fingerprint(self.chunks)
-
-
-def _concat_optional(parts, sizes) -> np.ndarray | None:
-    """Concatenate optional float32 arrays; an absent one counts as ones (its default)."""
-    if all(p is None for p in parts):
-        return None
-    return np.concatenate(
-        [p if p is not None else np.ones(n, np.float32) for p, n in zip(parts, sizes, strict=True)]
-    )
-
-
-def concat_chunks(chunks: Sequence[Chunk]) -> Chunk:
-    """One chunk holding all rows of ``chunks`` in order."""
-    if len(chunks) == 1:
-        return chunks[0]
-    nnz = np.cumsum([0] + [c.nnz for c in chunks])
-    indptr = np.concatenate(
-        [np.zeros(1, np.int64)]
-        + [c.indptr[1:] - c.indptr[0] + nnz[i] for i, c in enumerate(chunks)]
-    )
-    values = _concat_optional([c.values for c in chunks], [c.nnz for c in chunks])
-    weight = _concat_optional([c.weight for c in chunks], [c.n_rows for c in chunks])
-    return Chunk(
-        indptr,
-        np.concatenate([c.indices for c in chunks]),
-        values,
-        np.concatenate([c.y for c in chunks]),
-        weight,
-    )
-
-
-def split_rows(chunk: Chunk, chunk_rows: int | None) -> list[Chunk]:
-    """``chunk`` cut into chunks of ``chunk_rows`` rows (views; None: the chunk itself)."""
-    n = chunk.n_rows
-    if not chunk_rows or chunk_rows >= n:
-        return [chunk]
-    return [chunk.rows(lo, min(n, lo + chunk_rows)) for lo in range(0, n, chunk_rows)]
 
 
 class ResidentSource(InMemorySource):

@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-from snapfit.errors import ResourceError
+from snapfit.data.fileio import preadv_all, pwrite_all
 from snapfit.solvers import cpu
 
 
@@ -65,27 +65,25 @@ class DiskArray:
 
     def read_into(self, lo: int, out: np.ndarray) -> None:
         """Fill ``out`` with elements ``[lo, lo + len(out))``."""
-        view = memoryview(out).cast("B")
         off = lo * self.itemsize
-        while len(view):
-            n = os.preadv(self._fd, [view], off)
-            if n <= 0:
-                raise ResourceError(f"{self.path}: short read at byte {off} (file truncated?)")
-            view, off = view[n:], off + n
+
+        def fail(e: OSError | None) -> str:
+            why = "short read (file truncated?)" if e is None else e.strerror
+            return f"{self.path}: reading spilled dual variables from byte {off}: {why}"
+
+        preadv_all(self._fd, [out], off, fail)
 
     def write(self, lo: int, data: np.ndarray) -> None:
         """Store ``data`` as elements ``[lo, lo + len(data))``."""
-        view = memoryview(np.ascontiguousarray(data, dtype=self.dtype)).cast("B")
-        off = lo * self.itemsize
-        while len(view):
-            try:
-                n = os.pwrite(self._fd, view, off)
-            except OSError as e:
-                raise ResourceError(
-                    f"{self.path}: cannot write spilled dual variables ({e.strerror}); free disk "
-                    "space or set SNAPFIT_TMPDIR."
-                ) from None
-            view, off = view[n:], off + n
+        pwrite_all(
+            self._fd,
+            np.ascontiguousarray(data, dtype=self.dtype),
+            lo * self.itemsize,
+            lambda e: (
+                f"{self.path}: cannot write spilled dual variables ({e.strerror}); free "
+                "disk space or set SNAPFIT_TMPDIR."
+            ),
+        )
 
     def __getitem__(self, key) -> np.ndarray:
         lo, hi = self._range(key)

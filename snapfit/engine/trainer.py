@@ -89,10 +89,20 @@ class Devices:
 
 
 class Trainer:
-    """Holds ``w``, the dual state and the units across epochs (and across resumes)."""
+    """Holds ``w``, the dual state and the units across epochs (and across resumes).
+
+    ``gpu_unit(device_id, source, problem, sigma=..., **gpu_options)`` makes the unit of each
+    GPU of ``devices`` (``snapfit.train.make_trainer`` passes ``snapfit.gpu.unit.GpuUnit``: the
+    engine does not import the tier above it).
+    """
 
     def __init__(
-        self, source: ChunkSource, problem: Problem, state: DualState, devices: Devices = Devices()
+        self,
+        source: ChunkSource,
+        problem: Problem,
+        state: DualState,
+        devices: Devices = Devices(),
+        gpu_unit=None,
     ):
         if devices.n_units < 1:
             raise ValueError("a trainer needs at least one unit (a CPU thread or a GPU)")
@@ -100,6 +110,9 @@ class Trainer:
         self.problem = problem
         self.state = state
         self.devices = devices
+        if devices.gpu_ids and gpu_unit is None:
+            raise ValueError("a trainer with GPUs needs gpu_unit (see snapfit.train.make_trainer)")
+        self._gpu_unit = gpu_unit
         self.k = devices.n_units
         # sigma' counts every unit that updates w this epoch: these units, or more when other
         # processes (Dask workers) update the same w in the same round.
@@ -158,11 +171,9 @@ class Trainer:
     def _make_units(self, d: int) -> list[Unit]:
         units: list[Unit] = []
         if self.devices.gpu_ids:
-            from snapfit.gpu.unit import GpuUnit
-
             for i in self.devices.gpu_ids:
-                units.append(GpuUnit(i, self.source, self.problem, sigma=self.sigma,
-                                     **(self.devices.gpu_options or {})))  # fmt: skip
+                units.append(self._gpu_unit(i, self.source, self.problem, sigma=self.sigma,
+                                             **(self.devices.gpu_options or {})))  # fmt: skip
         if self.slots is not None:
             return [SharedCpuUnit(self.problem, self.sigma, np.empty_like(self.w), self.slots, t)
                     for t in range(self.devices.n_cpu)]  # fmt: skip
@@ -371,6 +382,22 @@ class Trainer:
         out = np.empty(self.state.n_rows)
         self.state.read_alpha(0, out)
         return out
+
+    def map_chunks(self, fn) -> list:
+        """``fn(t, chunk, alpha)`` on every chunk's rows once, on the units' own threads (``t``
+        the unit: chunks cut by ``_whole_plan`` come as row spans with their ``alpha``),
+        ``alpha`` brought home from any device first; the results in the plan's order. For
+        host sums over the data that are not a unit's pass (the Dask part's ``measure``)."""
+        self.sync_alpha()
+        order, plan = self._whole_plan()
+
+        def call(t, item, chunk):
+            lo, hi = item_span(item, chunk.n_rows)
+            part = chunk if (lo, hi) == (0, chunk.n_rows) else chunk.rows(lo, hi)
+            return [(item, fn(t, part, self.state.alpha_of(item.k)[lo:hi]))]
+
+        results, _ = self._run(order, plan, call)
+        return [r for _, r in results]
 
     def exact_objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass, and one more to

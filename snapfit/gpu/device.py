@@ -14,13 +14,9 @@ import os
 import sys
 
 from snapfit.errors import ResourceError
+from snapfit.solvers.cudasim import simulated
 
 log = logging.getLogger("snapfit")
-
-
-def simulated() -> bool:
-    """True when Numba's CUDA simulator is enabled (it is chosen when numba.cuda is imported)."""
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
 def _driver_library() -> str:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from snapfit.gpu.simulator import serial
 from snapfit.solvers import gpu as kernels
+from snapfit.solvers.cudasim import serial
 
 THREADS = 128  # per block of the small gather / scatter of w_H
 

@@ -14,12 +14,12 @@ import numpy as np
 from numba import cuda
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine.checkpoint import arrays_fingerprint
+from snapfit.data.fingerprint import arrays_fingerprint
 from snapfit.engine.source import InMemorySource
 from snapfit.engine.state import DualState
 from snapfit.gpu.data import DeviceChunk
-from snapfit.gpu.simulator import serial
 from snapfit.solvers import gpu as kernels
+from snapfit.solvers.cudasim import serial
 
 
 def is_cuda_array(x) -> bool:

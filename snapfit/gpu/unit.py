@@ -49,8 +49,8 @@ from snapfit.gpu.data import (
     piece_device_bytes,
 )
 from snapfit.gpu.launch import Launch, choose_launch, device_props
-from snapfit.gpu.simulator import serial
 from snapfit.solvers import gpu as kernels
+from snapfit.solvers.cudasim import serial
 
 log = logging.getLogger("snapfit")
 

@@ -1,9 +1,7 @@
 """The one scalar update of snapfit: dual coordinate descent for L2-regularized linear models.
 
-Everything here is plain Python on scalars, with no numba import, so the same source is compiled
-twice: by ``numba.njit(inline="always")`` for the CPU kernels (``cpu.py``) and by
-``numba.cuda.jit(device=True)`` for the GPU kernels (``gpu.py``). Change the math here and both
-devices change together.
+Plain Python on scalars, no numba import: the same source is compiled by ``numba.njit`` for
+the CPU kernels (``cpu.py``) and ``numba.cuda.jit(device=True)`` for the GPU's (``gpu.py``).
 
 Problem (scikit-learn's convention, so optima can be checked against liblinear)::
 
@@ -18,26 +16,19 @@ of ``w``), choose the new ``a_i`` minimizing::
 
     1/2 q (z - a_i)^2 + b (z - a_i) + z log z + (C_i - z) log(C_i - z)
 
-by a Newton iteration that stays inside (0, C_i). Near a bound, ``C_i - a_i`` computed as a
-difference loses all its digits, so liblinear keeps both ``a_i`` and ``C_i - a_i``. We store just
-one float64 per row (8 bytes/row, which matters at billions of rows) yet keep both exactly: the
-*packed* value is ``a_i`` when ``a_i <= C_i/2`` and ``-(C_i - a_i)`` otherwise. The smaller of the
-two is stored exactly; the larger one, ``C_i - small >= C_i/2``, has no cancellation.
+by a Newton iteration inside (0, C_i). Near a bound ``C_i - a_i`` as a difference loses its
+digits (liblinear keeps both); one float64 per row keeps both exactly: the *packed* value is
+``a_i`` when ``a_i <= C_i/2``, else ``-(C_i - a_i)``; the larger, ``C_i - small``, has no
+cancellation.
 
-Per-row duality gap (Fenchel-Young, each term >= 0), with margin ``m_i = y_i w.x_i``::
+Per-row duality gap (Fenchel-Young, each term >= 0; margin ``m_i = y_i w.x_i``, and
+``sum_i g_i = P(w(a)) - D(a)`` because ``sum_i a_i m_i = ||w||^2``)::
 
     g_i = C_i log(1 + e^{-m_i}) + a_i m_i + a_i log(a_i/C_i) + (C_i-a_i) log((C_i-a_i)/C_i)
 
-and ``sum_i g_i = P(w(a)) - D(a)`` because ``sum_i a_i m_i = ||w||^2``.
-
-Every row starts at ``a_i = 0`` (packed 0), with ``w = 0``: a feasible boundary point of the dual
-with zero entropy, so a fit needs no initialization pass over the data; a row's first step moves
-it into the interior. Rows with ``C_i = 0`` (zero sample weight) stay at 0 and count for nothing.
-
-Other losses (``row_step``, ``row_terms_of``, codes below) store ``a_i`` plainly and take a closed
-form step (Hsieh et al. 2008, ICML, dual CD for linear SVMs; Shalev-Shwartz & Zhang 2013, SDCA):
-hinge ``C_i max(0, 1-m)``, squared hinge ``C_i max(0, 1-m)^2``, squared ``C_i/2 (y_i - w.x_i)^2``
-(``w(a) = sum a_i x_i`` there, ``y_i`` a real target); ``docs/losses.md`` writes their duals out.
+Rows start at ``a_i = 0``, ``w = 0`` (no initialization pass); ``C_i = 0`` rows stay at 0.
+Hinge, squared hinge and squared loss (``row_step``, ``row_terms_of``) keep ``a_i`` plainly and
+step in closed form (Hsieh et al. 2008; SDCA): see docs/losses.md.
 """
 
 from math import exp, fabs, log, log1p

@@ -24,10 +24,9 @@ Reductions use shared memory and ``syncthreads`` rather than warp shuffles so th
 runs both on GPUs and in Numba's CUDA simulator (which has no ``shfl_*_sync``); every thread of a
 block runs the same number of loop iterations, so the barriers are always reached by all.
 
-Every float32 input is widened with ``float()`` before arithmetic: compiled code does that
-anyway, but the simulator runs NumPy scalars, where ``float32 * python float`` stays float32.
-
-Launch geometry and CUDA streams are the caller's (``snapfit.gpu``); kernels only do arithmetic.
+Every float32 input is widened with ``float()`` before arithmetic (the simulator runs NumPy
+scalars, where ``float32 * python float`` stays float32). Launch geometry and CUDA streams are
+the caller's (``snapfit.gpu``); kernels only do arithmetic.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float64
 
-from snapfit.gpu import simulator
+from snapfit.solvers import cudasim as simulator
 from snapfit.solvers import dual
 
 
@@ -59,7 +58,7 @@ def restore_numpy_aliases() -> list[str]:
 restore_numpy_aliases()
 
 if simulator.simulated():
-    simulator.install()  # see snapfit.gpu.simulator: shared arrays race, GIL hand-offs
+    simulator.install()  # see snapfit.solvers.cudasim: shared arrays race, GIL hand-offs
 
 # Device functions are inlined at Numba-IR level: besides saving the call, this compiles them as
 # part of each kernel, so ``compile_ptx`` for a chosen ``cc`` needs no GPU (a separately compiled

@@ -191,16 +191,6 @@ def hot_vector(h_indptr, h_pos, h_val, coef, nh):
 
 
 @njit(nogil=True, cache=True)
-def hot_dots(h_indptr, h_pos, h_val, u, out):
-    """``out[i] = x_iH . u`` for every row."""
-    for i in range(len(h_indptr) - 1):
-        s = 0.0
-        for k in range(h_indptr[i], h_indptr[i + 1]):
-            s += h_val[k] * u[h_pos[k]]
-        out[i] = s
-
-
-@njit(nogil=True, cache=True)
 def unpacked(alpha, y, weight, has_weight, c_pos, c_neg):
     """``(a_i, C_i)`` of every row, from the packed ``alpha``."""
     n = len(alpha)

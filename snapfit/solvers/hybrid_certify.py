@@ -25,7 +25,6 @@ from numba import njit
 from scipy.optimize import minimize_scalar
 
 from snapfit.solvers import cpu
-from snapfit.solvers.hybrid import hot_dots
 
 
 @dataclass
@@ -70,6 +69,16 @@ def add_rows(indptr, indices, values, has_values, bias, coef, out):
     for i in range(len(indptr) - 1):
         if coef[i] != 0.0:
             cpu.row_axpy(indptr[i], indptr[i + 1], indices, values, has_values, out, bias, coef[i])
+
+
+@njit(nogil=True, cache=True)
+def hot_dots(h_indptr, h_pos, h_val, u, out):
+    """``out[i] = x_iH . u`` for every row."""
+    for i in range(len(h_indptr) - 1):
+        s = 0.0
+        for k in range(h_indptr[i], h_indptr[i + 1]):
+            s += h_val[k] * u[h_pos[k]]
+        out[i] = s
 
 
 @njit(nogil=True, cache=True)

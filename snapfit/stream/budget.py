@@ -85,6 +85,11 @@ def chunk_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> i
     return sum(_align(s) for s in sizes)
 
 
+def buffer_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:
+    """A streamed chunk's buffer: its CSR arrays plus its rows' norms (f32) and duals (f64)."""
+    return chunk_nbytes(n_rows, nnz, has_values, has_weight) + _align(4 * n_rows) + 8 * n_rows
+
+
 #: What a fit allocates outside the plan (kernels, heap, thread stacks), paid from ``resident``.
 RUNTIME_NBYTES = 96 * 10**6
 

@@ -27,6 +27,7 @@ one ``preadv`` and expanded into the chunk buffer. When even that would not fit 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -38,13 +39,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit import progress
-from snapfit.data.fs import parquet_file
-from snapfit.data.schema import VALUES
+from snapfit.data.fileio import preadv_all, pwrite_all
 from snapfit.engine.state import temp_prefix
-from snapfit.errors import DataError, ResourceError
+from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
 from snapfit.stream import record as record_format
-from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes, run_readers, where
+from snapfit.stream.decode import PieceDecoder, run_readers, where
+from snapfit.stream.formats import COMPACT, Shape
+
+log = logging.getLogger("snapfit")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,16 @@ def sweep_stale(directory: str) -> int:
     return freed
 
 
+def free_room(directory: str, margin: float = 0.05) -> int:
+    """Bytes a cache may take in ``directory``: its free space less ``margin`` of the disk (other
+    files, the spilled duals), after removing what killed fits left (``sweep_stale``)."""
+    freed = sweep_stale(directory)
+    if freed:
+        log.warning("removed %.1f GB left in %s by killed snapfit fits", freed / 1e9, directory)
+    usage = shutil.disk_usage(directory)
+    return int(usage.free - margin * usage.total)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -116,107 +129,6 @@ def _alive(pid: int) -> bool:
     except OSError:  # e.g. another user's process
         return True
     return True
-
-
-def records_nbytes(dataset, has_values: bool, has_weight: bool) -> int:
-    """Bytes of all raw piece records of ``dataset`` (what decoding Parquet builds)."""
-    rows = sum(r.n_rows for r in dataset.chunks)
-    nnz = sum(r.nnz for r in dataset.chunks)
-    return record_nbytes(rows, nnz, has_values, has_weight)
-
-
-#: Rows sampled from the first row group to estimate the share of entries whose value is not 1.
-SAMPLE_ROWS = 4096
-
-
-def valued_share(dataset) -> float:
-    """The share of stored values that are not 1.0, from the first rows of the first row group
-    (1.0 when unknown): what sizes the compact cache before it is written."""
-    ref = dataset.chunks[0]
-    if not dataset.has_values_in(ref.file):
-        return 0.0
-    try:
-        pf = parquet_file(ref.file)
-        batch = next(pf.iter_batches(SAMPLE_ROWS, row_groups=[ref.row_group], columns=[VALUES]))
-    except (StopIteration, OSError, ValueError):
-        return 1.0
-    flat = np.asarray(batch.column(0).flatten(), np.float32)
-    return float(np.mean(flat != np.float32(1.0))) if len(flat) else 0.0
-
-
-def cache_nbytes(dataset, has_values: bool, has_weight: bool, id_bound: int | None = None) -> int:
-    """Estimated bytes of the compact cache file of ``dataset`` (5 % margin on the sample),
-    its ids below ``id_bound`` (default ``n_features``)."""
-    rows = sum(r.n_rows for r in dataset.chunks)
-    nnz = sum(r.nnz for r in dataset.chunks)
-    share = min(1.0, 1.05 * valued_share(dataset)) if has_values else 0.0
-    width = record_format.index_width(id_bound or dataset.n_features)
-    size = record_format.nbytes(rows, nnz, int(share * nnz), index_bytes=width,
-                                has_values=has_values, has_weight=has_weight)  # fmt: skip
-    return int(size)
-
-
-#: lz4 on compact records: measured on 500k rows of ``make-data criteo-like`` (2^20 features),
-#: 152 B/row down to 107 (1.42x; the float values of the integer fields, the norms and the
-#: row lengths compress, the hashed ids hardly), decompressed at ~3.3 GB/s (46 ns a row).
-LZ4 = "lz4"
-
-
-def encode_parts(parts, has_values: bool, has_weight: bool, index_bytes: int) -> np.ndarray:
-    """The compact record of a piece from its raw record's arrays (``PieceDecoder.decode``)."""
-    it = iter(parts)
-    indptr, indices = next(it), next(it)
-    values = next(it) if has_values else None
-    y = next(it)
-    weight = next(it) if has_weight else None
-    return record_format.encode(indptr, indices, values, y, weight, next(it),
-                                index_bytes=index_bytes)  # fmt: skip
-
-
-def lz4_ratio(dataset, has_values: bool, has_weight: bool, index_bytes: int,
-              piece_rows: int = 4096) -> float:  # fmt: skip
-    """How many times lz4 shrinks compact records of ``piece_rows`` rows (small ones shrink
-    less), from the first batch of the first row group (1.0 when it cannot be read: the first
-    pass then reports the bad data by file, row group and row)."""
-    import pyarrow as pa
-
-    dec = PieceDecoder(dataset, make_pieces([r.n_rows for r in dataset.chunks], piece_rows),
-                       has_values, has_weight)  # fmt: skip
-    try:
-        _, c = next(dec._batches(0))
-    except (StopIteration, DataError):
-        return 1.0
-    sq = np.zeros(c.n_rows, np.float32)
-    values = c.values if c.values is not None else np.zeros(0, np.float32)
-    cpu.row_sqnorms(c.indptr, c.indices, values, c.values is not None, sq)
-    codec, plain, packed = pa.Codec(LZ4), 0, 0
-    for lo in range(0, c.n_rows, max(1, piece_rows)):
-        hi = min(c.n_rows, lo + max(1, piece_rows))
-        parts = dec._parts(c.rows(lo, hi), sq[lo:hi])
-        rec = encode_parts(parts, has_values, has_weight, index_bytes)
-        plain, packed = plain + len(rec), packed + codec.compress(rec).size
-    return plain / max(1, packed)
-
-
-def lz4_nbytes(dataset, has_values: bool, has_weight: bool, id_bound: int | None = None,
-               piece_rows: int = 4096) -> int:  # fmt: skip
-    """Estimated bytes of the lz4 cache file of pieces of ``piece_rows`` rows (the compact
-    estimate over the sampled ratio, 5 % margin)."""
-    width = record_format.index_width(id_bound or dataset.n_features)
-    ratio = lz4_ratio(dataset, has_values, has_weight, width, piece_rows)
-    return int(1.05 * cache_nbytes(dataset, has_values, has_weight, id_bound) / ratio)
-
-
-def parquet_shares(dataset) -> list[int]:
-    """Stored (compressed) bytes of every row group, from the files' footers."""
-    meta: dict = {}
-    out = []
-    for r in dataset.chunks:
-        if r.file not in meta:
-            meta[r.file] = parquet_file(r.file).metadata
-        rg = meta[r.file].row_group(r.row_group)
-        out.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
-    return out
 
 
 class PieceStore:
@@ -228,15 +140,19 @@ class PieceStore:
     pieces : Pieces
     directory : str
         Where the store's files are created (a private directory removed on close).
+    flags : (bool, bool)
+        Whether records carry values / weights (``DataStats.flags``).
+    stored : sequence of int, optional
+        Stored bytes of every row group (``DataStats.rg_stored``), for the first pass's rate.
     """
 
-    mode = "base"
-
-    def __init__(self, dataset, pieces: Pieces, directory: str):
+    def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool],
+                 stored=()):  # fmt: skip
         self.dataset = dataset
         self.pieces = pieces
         self.n_features = int(dataset.n_features)
-        self.has_values, self.has_weight = file_flags(dataset)
+        self.has_values, self.has_weight = flags
+        self._stored = list(stored) or [0] * len(dataset.chunks)
         self.decoder = PieceDecoder(dataset, pieces, self.has_values, self.has_weight)
         self.piece_nnz = np.zeros(len(pieces), np.int64)
         self._dir = tempfile.mkdtemp(prefix=temp_prefix("cache"), dir=directory)
@@ -255,7 +171,7 @@ class PieceStore:
         rows read, their rate and the time left, and the MB of Parquet (as stored) read per
         second."""
         t0 = time.perf_counter()
-        rg_bytes = parquet_shares(self.dataset)
+        rg_bytes = self._stored
         lock = threading.Lock()
         done = [0]
         with progress.bar("first pass", total=self.dataset.n_rows) as bar:
@@ -274,15 +190,6 @@ class PieceStore:
     def _ingest_row_group(self, g: int) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def copy_record(targets: list[np.ndarray], record: np.ndarray) -> None:
-        """Copy a piece's ``record`` into ``targets`` (its arrays' places in a chunk buffer)."""
-        pos = 0
-        for t in targets:
-            tb = t.view(np.uint8)
-            tb[:] = record[pos : pos + len(tb)]
-            pos += len(tb)
-
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -294,29 +201,26 @@ class PieceCache(PieceStore):
     ``code``: store every piece's ids relabeled by it (``cpu.relabel``; the ids of threads
     sharing ``w``, ``snapfit.engine.shared``), so that epochs need not relabel them; at 200M
     Criteo-like rows that is 6.7e9 ids (~8 s of a core) per epoch, against once here.
-    ``id_bound``: the stored ids are below it (default ``n_features``). ``lz4``: compact
-    records compressed one by one (``LZ4``), for a disk too small for them or too slow.
-    ``need``: the cache's bytes when the caller estimated them already (the lz4 estimate reads
-    a sample of the data), else ``check_space`` estimates them.
+    ``id_bound``: the stored ids are below it (default ``n_features``). ``fmt``: how records
+    are encoded (``snapfit.stream.formats``: the store itself only keeps bytes and offsets).
+    ``need``: the cache's estimated bytes (``snapfit.stream.plan.cache_bytes``), checked
+    against the free space before the first pass.
     """
 
-    mode = "cache"
-
-    def __init__(self, dataset, pieces: Pieces, directory: str, *, compact: bool = True,
-                 code: np.ndarray | None = None, id_bound: int | None = None,
-                 lz4: bool = False, need: int | None = None):  # fmt: skip
-        super().__init__(dataset, pieces, directory)
+    def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool], *,
+                 fmt=COMPACT, code: np.ndarray | None = None, id_bound: int | None = None,
+                 need: int = 0, stored=()):  # fmt: skip
+        super().__init__(dataset, pieces, directory, flags, stored)
         self.need = need
-        self.compact = bool(compact) or bool(lz4)
-        self.lz4 = bool(lz4)
-        self.piece_plain = np.zeros(len(pieces), np.int64)  # an lz4 record's bytes expanded
+        self.format = fmt
+        self.piece_plain = np.zeros(len(pieces), np.int64)  # a record's bytes expanded
         self.code = code
         self.id_bound = int(id_bound or self.n_features)
         if code is not None and len(code) and int(code.max()) >= self.id_bound:
             raise ValueError(f"relabeled ids reach {int(code.max())}; id_bound={self.id_bound}")
         self.piece_off = np.zeros(len(pieces), np.int64)
         self.piece_bytes = np.zeros(len(pieces), np.int64)
-        self.index_bytes = record_format.index_width(self.id_bound)
+        self.shape = Shape(*flags, record_format.index_width(self.id_bound))
         self.path = os.path.join(self._dir, "pieces.bin")
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self._end = 0
@@ -324,7 +228,7 @@ class PieceCache(PieceStore):
         self._scratch = threading.local()
 
     def record_nbytes(self, p) -> np.ndarray | int:
-        """Bytes of compact record(s) ``p`` (known once the first pass wrote them)."""
+        """Bytes of stored record(s) ``p`` (known once the first pass wrote them)."""
         return self.piece_bytes[p]
 
     @property
@@ -333,16 +237,7 @@ class PieceCache(PieceStore):
         return self._end / max(1, int(self.pieces.rows.sum()))
 
     def check_space(self) -> None:
-        flags = self.has_values, self.has_weight
-        if self.need is not None:
-            need = self.need
-        elif self.lz4:
-            rows = int(np.median(self.pieces.rows)) if len(self.pieces) else 1
-            need = lz4_nbytes(self.dataset, *flags, self.id_bound, rows)
-        elif self.compact:
-            need = cache_nbytes(self.dataset, *flags, self.id_bound)
-        else:
-            need = records_nbytes(self.dataset, *flags)
+        need = self.need
         free = shutil.disk_usage(self._dir).free
         if need > free:
             raise ResourceError(
@@ -361,12 +256,7 @@ class PieceCache(PieceStore):
                 ids = np.empty(nnz, np.int32)
                 cpu.relabel(parts[1], self.code, ids)
                 parts = [parts[0], ids, *parts[2:]]
-            if self.compact:
-                parts = [encode_parts(parts, self.has_values, self.has_weight,
-                                      self.index_bytes)]  # fmt: skip
-                if self.lz4:
-                    self.piece_plain[p] = len(parts[0])
-                    parts = [np.frombuffer(self._codec().compress(parts[0]), np.uint8)]
+            parts, self.piece_plain[p] = self.format.encode(parts, self.shape)
             size = sum(x.nbytes for x in parts)
             with self._lock:
                 off = self._end
@@ -376,28 +266,18 @@ class PieceCache(PieceStore):
 
         self.decoder.decode(g, emit)
 
-    def _codec(self):
-        """This thread's lz4 codec."""
-        codec = getattr(self._scratch, "codec", None)
-        if codec is None:
-            import pyarrow as pa
-
-            codec = self._scratch.codec = pa.Codec(LZ4)
-        return codec
-
     def _write(self, parts, off: int, g: int) -> None:
         ref = self.dataset.chunks[g]
+
+        def fail(e: OSError) -> str:
+            return (
+                f"{ref.file}, row group {ref.row_group}: cannot write the chunk cache "
+                f"{self.path} ({e.strerror}); free disk space or set SNAPFIT_TMPDIR."
+            )
+
         for x in parts:
-            view = memoryview(x).cast("B")
-            while len(view):
-                try:
-                    n = os.pwrite(self._fd, view, off)
-                except OSError as e:
-                    raise ResourceError(
-                        f"{ref.file}, row group {ref.row_group}: cannot write the chunk cache "
-                        f"{self.path} ({e.strerror}); free disk space or set SNAPFIT_TMPDIR."
-                    ) from None
-                view, off = view[n:], off + n
+            pwrite_all(self._fd, x, off, fail)
+            off += x.nbytes
 
     # -- later epochs ----------------------------------------------------------------------
     def read_record(self, p: int) -> np.ndarray:
@@ -408,14 +288,11 @@ class PieceCache(PieceStore):
 
     def fill(self, targets: list[np.ndarray], p: int, record: np.ndarray | None = None) -> None:
         """Expand piece ``p`` into ``targets`` (its arrays' places in a chunk buffer), from its
-        resident ``record`` or else read from the file with one ``preadv`` into this thread's
-        scratch buffer."""
+        resident ``record`` or else read from the file with one ``preadv``: straight into the
+        targets when the format stores them as they are, else into this thread's scratch."""
         size = int(self.piece_bytes[p])
-        if not self.compact:
-            if record is None:
-                self._readv(targets, int(self.piece_off[p]), [p])
-            else:
-                self.copy_record(targets, record)
+        if record is None and self.format.direct:
+            self._readv(targets, int(self.piece_off[p]), [p])
             return
         if record is None:
             scratch = getattr(self._scratch, "buf", None)
@@ -423,28 +300,22 @@ class PieceCache(PieceStore):
                 scratch = self._scratch.buf = np.empty(int(self.piece_bytes.max()), np.uint8)
             record = scratch[:size]
             self._readv([record], int(self.piece_off[p]), [p])
-        if self.lz4:  # into a buffer of Arrow's (GIL released while it decompresses)
-            plain = self._codec().decompress(record, decompressed_size=int(self.piece_plain[p]))
-            record = np.frombuffer(plain, np.uint8)
         n, nnz = int(self.pieces.rows[p]), int(self.piece_nnz[p])
-        record_format.expand(record, n, nnz, self.index_bytes, targets, self.has_values,
-                             self.has_weight)  # fmt: skip
+        self.format.expand(record, n, nnz, targets, self.shape, int(self.piece_plain[p]))
 
     def _readv(self, arrays, off: int, ps) -> None:
-        views = [memoryview(a).cast("B") for a in arrays]
-        want = sum(len(v) for v in views)
-        try:
-            got = os.preadv(self._fd, views, off)
-        except OSError as e:
-            raise ResourceError(
+        def fail(e: OSError | None) -> str:
+            if e is None:  # regular files return short reads only at EOF: the cache was cut
+                return (
+                    f"chunk cache {self.path}: rows of {self.where(ps)} are truncated; was the "
+                    "file deleted or the disk full? Refit."
+                )
+            return (
                 f"chunk cache {self.path}: reading rows of {self.where(ps)} failed "
                 f"({e.strerror}); the temp disk may be full or failing, set SNAPFIT_TMPDIR."
-            ) from None
-        if got != want:  # regular files return short reads only at EOF: the cache was cut
-            raise ResourceError(
-                f"chunk cache {self.path}: rows of {self.where(ps)} are truncated (read "
-                f"{got} of {want} bytes); was the file deleted or the disk full? Refit."
             )
+
+        preadv_all(self._fd, arrays, off, fail)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -25,11 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snapfit.data.chunk import Chunk
+from snapfit.data.chunk import Chunk, concat_chunks
 from snapfit.data.fs import parquet_file
 from snapfit.data.reader import decode_table
 from snapfit.data.schema import INDICES, LABEL, VALUES, WEIGHT
-from snapfit.engine.source import concat_chunks
 from snapfit.errors import DataError
 from snapfit.solvers.cpu import count_columns, row_sqnorms
 
@@ -186,26 +185,6 @@ class PieceDecoder:
     def record_nbytes(self, n_rows, nnz):
         """Bytes of a record of ``n_rows`` rows and ``nnz`` entries (arrays or ints)."""
         return record_nbytes(n_rows, nnz, self.has_values, self.has_weight)
-
-    def batch_peak_nbytes(self) -> int:
-        """What one decoding thread holds at its peak, beyond pyarrow's constant ~5 MB of
-        stream buffers: ~5x a decoded batch and a carried piece (measured on Criteo-like
-        rows: pyarrow's pool peaks at ~4x the decoded batch, our arrays add the rest)."""
-        refs = self.dataset.chunks
-        density = max((r.nnz / max(1, r.n_rows) for r in refs), default=0.0)
-        batch = min(self.batch_rows, max((r.n_rows for r in refs), default=0))
-        rows = batch + int(self.pieces.rows.max(initial=0))
-        return 5 * int(self.record_nbytes(rows, int(density * rows) + 1))
-
-
-def file_flags(dataset) -> tuple[bool, bool]:
-    """(any file has ``values``, any file has ``weight``): a chunk mixes pieces of all files."""
-    has_values = has_weight = False
-    for f in getattr(dataset, "files", []):
-        names = parquet_file(f).schema_arrow.names
-        has_values |= VALUES in names
-        has_weight |= WEIGHT in names
-    return has_values, has_weight
 
 
 def where(dataset, pieces, ps) -> str:

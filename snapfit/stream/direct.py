@@ -27,6 +27,7 @@ import numpy as np
 from snapfit.engine.state import DiskArray
 from snapfit.errors import ResourceError
 from snapfit.stream.cache import Pieces, PieceStore
+from snapfit.stream.formats import copy_into
 
 _POLL = 0.05
 
@@ -38,10 +39,9 @@ class _Stopped(Exception):
 class ParquetPieces(PieceStore):
     """Piece records decoded from Parquet each epoch; see the module docstring."""
 
-    mode = "parquet"
-
-    def __init__(self, dataset, pieces: Pieces, directory: str):
-        super().__init__(dataset, pieces, directory)
+    def __init__(self, dataset, pieces: Pieces, directory: str, flags: tuple[bool, bool],
+                 stored=()):  # fmt: skip
+        super().__init__(dataset, pieces, directory, flags, stored)
         self.row_off = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum(pieces.rows, out=self.row_off[1:])
         self.norms = DiskArray(os.path.join(self._dir, "sqnorm.f32"), self.row_off[-1], np.float32)
@@ -169,10 +169,10 @@ class ParquetPieces(PieceStore):
     def fill(self, targets: list[np.ndarray], p: int, record=None) -> None:
         """Copy piece ``p`` into ``targets``, then hand its slot back to the decoder."""
         if record is not None:
-            self.copy_record(targets, record)
+            copy_into(targets, record)
             return
         record, slot = self._take(p)
-        self.copy_record(targets, record)
+        copy_into(targets, record)
         with self._cond:
             if slot is not None:
                 self._free.append(slot)

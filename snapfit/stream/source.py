@@ -2,11 +2,11 @@
 
 Life of a fit:
 
-1. ``__init__`` cuts row groups into pieces, checks the budget (shrinking the default chunk size
-   when two buffers of it would not fit) and runs the first pass: reader threads decode every row
-   group once, batch by batch, into the raw piece cache (``snapfit.stream.cache``), or, when the
-   cache would not fit the temp dir's free space, only learn each piece's nnz and store its
-   rows' norms (``snapfit.stream.direct``: Parquet is then decoded again every epoch).
+1. ``__init__`` carries out a ``StreamPlan`` (``snapfit.stream.plan``: pieces, chunk size,
+   mode, cache format and the budget's split, all decided before) and runs the first pass:
+   reader threads decode every row group once, batch by batch, into the piece cache
+   (``snapfit.stream.cache``), or, when the plan decodes Parquet every epoch, only learn each
+   piece's nnz and store its rows' norms (``snapfit.stream.direct``).
 2. Every epoch the pieces are dealt into ``n_chunks`` new chunks (``begin_epoch``, seeded by
    the epoch's chunk order, itself derived from ``(seed, epoch)``: so a resumed run deals the
    same way); from then on ``chunk_rows`` and ``layout`` describe this epoch's chunks, so a
@@ -24,9 +24,6 @@ Life of a fit:
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -35,54 +32,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from snapfit.data.chunk import Chunk
-from snapfit.engine.checkpoint import dataset_fingerprint
-from snapfit.engine.shared import COUNT_ROWS, MAX_HOT, choose_hot, hot_base, hot_code
+from snapfit.data.fingerprint import dataset_fingerprint
 from snapfit.engine.source import ChunkSource, Layout
 from snapfit.engine.state import DualState
 from snapfit.errors import ResourceError
 from snapfit.solvers import cpu
-from snapfit.stream.budget import (
-    BudgetPlan,
-    _align,
-    buffers_wanted,
-    chunk_nbytes,
-    plan_budget,
-    temp_dir,
-)
-from snapfit.stream.cache import (
-    LZ4,
-    PieceCache,
-    cache_nbytes,
-    lz4_nbytes,
-    make_pieces,
-    records_nbytes,
-    sweep_stale,
-)
-from snapfit.stream.decode import PieceDecoder, file_flags, record_nbytes
+from snapfit.stream.budget import BudgetPlan, _align, buffer_nbytes, temp_dir
+from snapfit.stream.cache import PieceCache
 from snapfit.stream.direct import ParquetPieces
-from snapfit.stream.memlimit import available_memory, release_arrow_memory
+from snapfit.stream.formats import FORMATS
+from snapfit.stream.memlimit import release_arrow_memory
+from snapfit.stream.plan import StreamPlan
 from snapfit.stream.prefetch import BufferPool, Prefetcher
-
-log = logging.getLogger("snapfit")
-
-DEFAULT_CHUNK_ROWS = 1 << 16
-DEFAULT_PIECE_ROWS = 1 << 12
-#: The default chunk size is halved down to this when two buffers would not fit the budget,
-MIN_CHUNK_ROWS = 1 << 12
-#: and down to this while the budget's pool share holds fewer buffers than wanted.
-MIN_BUFFERED_CHUNK_ROWS = 1 << 14
-#: Free space the cache leaves on the temp disk (other files, the spilled duals).
-DISK_MARGIN = 0.05
 
 #: Reader threads assembling chunks from the cache (see ``snapfit.stream.prefetch``).
 READERS = 2
-
-
-def piece_rows_for(chunk_rows: int, piece_rows: int | None = None) -> int:
-    """Rows per piece: ``piece_rows`` (default ``chunk_rows // 16``, at most
-    ``DEFAULT_PIECE_ROWS``), no more than a chunk's."""
-    rows = int(piece_rows or max(1, min(DEFAULT_PIECE_ROWS, chunk_rows // 16)))
-    return min(rows, int(chunk_rows))
 
 
 def recoding(stored: np.ndarray | None, wanted: np.ndarray | None) -> np.ndarray | None:
@@ -118,128 +82,53 @@ class StreamSource(ChunkSource):
     Parameters
     ----------
     dataset : snapfit.data.Dataset
-    budget : int
-        Bytes; see :mod:`snapfit.stream.budget` for what is charged.
-    n_jobs : int
-        Solver threads (their ``w`` views are charged to the budget).
-    chunk_rows : int, optional
-        Target rows per chunk (default 65536, fewer so that there are at least 16 chunks;
-        halved down to 16384 while the budget's pool share holds fewer buffers than
-        ``budget.buffers_wanted``, and down to 4096 while two would not fit at all).
-        Smaller chunks mean smaller buffers, at ~10 us of dispatch each.
-    piece_rows : int, optional
-        Default ``chunk_rows // 16``, at most 4096.
-        Rows per piece, the unit re-dealt into chunks every epoch and kept resident or not.
-        Smaller pieces mix better; each costs one ``preadv`` per epoch.
+    plan : snapfit.stream.plan.StreamPlan
+        Every decision (mode, cache format, chunk and piece rows, the budget's split, readers),
+        made by ``plan_stream`` before this source reads anything; the source carries it out.
     seed : int
         Seeds the deals (part of the checkpoint fingerprint through the layout).
-    n_readers : int
-        Threads decoding Parquet in the first pass.
     cache_dir : str, optional
         Directory for the piece cache and spilled dual variables (default ``$SNAPFIT_TMPDIR``
         or the system temp dir).
-    mode : {"auto", "cache", "parquet"}, optional
-        Where epochs read pieces from: the cache (fast) or Parquet decoded again every epoch.
-        "auto" uses the cache when it fits the free space of ``cache_dir`` and says so in a log
-        line when it does not. Default: the ``SNAPFIT_STREAM`` environment variable, else
-        "auto".
-    cache_format : {"auto", "raw", "compact", "lz4"}, optional
-        How the cache stores pieces: raw arrays (16 B/row + 8 B/nnz; read straight into chunk
-        buffers), compact records (``snapfit.stream.record``: about half the bytes, expanded
-        on reading) or compact records compressed with lz4 (~1.4x fewer bytes again on
-        Criteo-like rows, decompressed on reading: for a disk too small or too slow for the
-        compact ones). "auto": raw while it fits half of the available memory and the disk,
-        else compact, else lz4 when only that fits the disk. Default:
-        ``SNAPFIT_CACHE_FORMAT``, else "auto".
-    hot : bool
-        Threads sharing ``w`` will train on it (``snapfit.engine.shared``): choose their hot
-        features from a sample of the rows before the first pass (``hot_set``) and store the
-        cache's ids in their order, so that epochs do not relabel every chunk (6.7e9 ids per
-        epoch at 200M Criteo-like rows) and the trainer needs no counting pass. Chunks come
+    hot : (ids, tier ends), optional
+        The hot set of threads sharing ``w``, chosen by the train tier before the first pass
+        (``hot_set`` hands it to the trainer, which then needs no counting pass).
+    code : array, optional
+        The relabeling the cache stores its ids in (the hot set's order), so that epochs do
+        not relabel every chunk (6.7e9 ids per epoch at 200M Criteo-like rows). Chunks come
         with the data's own ids until ``relabel`` asks for the fit's.
     """
 
-    def __init__(
-        self,
-        dataset,
-        budget: int,
-        *,
-        n_jobs: int = 1,
-        chunk_rows: int | None = None,
-        piece_rows: int | None = None,
-        seed: int = 0,
-        n_readers: int = 2,
-        cache_dir: str | None = None,
-        mode: str | None = None,
-        cache_format: str | None = None,
-        hot: bool = False,
-    ):
+    def __init__(self, dataset, plan: StreamPlan, *, seed: int = 0, cache_dir: str | None = None,
+                 hot=None, code: np.ndarray | None = None):  # fmt: skip
+        if plan.resident or plan.rg_rows != tuple(int(r.n_rows) for r in dataset.chunks):
+            raise ValueError("StreamSource needs a streamed plan made for this dataset.")
         self.dataset = dataset
+        self.stream_plan = plan
         self.n_features = int(dataset.n_features)
         self.cache_dir = cache_dir or temp_dir()
         self.seed = int(seed)
-        refs = dataset.chunks
-        total = sum(r.n_rows for r in refs)
-        self._flags = has_values, has_weight = file_flags(dataset)
-        freed = sweep_stale(self.cache_dir)
-        if freed:
-            log.warning("removed %.1f GB left in %s by killed snapfit fits", freed / 1e9,
-                        self.cache_dir)  # fmt: skip
-        # Relabeled hot ids run from hot_base(n_features) (shared.hot_code).
-        self._id_bound = hot_base(self.n_features) + MAX_HOT if hot else self.n_features
-        user_rows = chunk_rows is not None
-        chunk_rows = int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, total // 16)))
-        # The pieces' rows before the budget is checked (lz4 shrinks small pieces less).
-        self._piece_guess = piece_rows_for(chunk_rows, piece_rows)
-        self.mode, self.cache_format, cache_need = self._pick_mode(mode, cache_format, dataset)
-        rg_bytes = max(record_nbytes(r.n_rows, r.nnz, *self._flags) for r in refs)
-        # Decoding Parquet every epoch keeps a window of at least two row groups' records.
-        window_min = 2 * rg_bytes if self.mode == "parquet" else 0
-        plan_args = dict(n_features=self.n_features, n_jobs=n_jobs, n_rows=total,
-                         resident_min=window_min)  # fmt: skip
-        density = max(r.nnz / max(1, r.n_rows) for r in refs)
-        while True:
-            self._layout(chunk_rows, piece_rows)
-            decoder = PieceDecoder(dataset, self.pieces, *self._flags)
-            ingest = decoder.batch_peak_nbytes()
-            rows = int(np.sort(self.pieces.rows)[-self.per_chunk :].sum())
-            estimate = self._buffer_nbytes(rows, int(np.ceil(density * rows)))
-            try:
-                self.plan: BudgetPlan = plan_budget(
-                    int(budget), max_chunk_bytes=estimate, ingest_bytes=ingest, **plan_args
-                )
-            except ResourceError:
-                if user_rows or chunk_rows // 2 < MIN_CHUNK_ROWS:
-                    raise
-                chunk_rows //= 2
-                continue
-            # Smaller chunks rather than fewer buffers (see ``budget.buffers_wanted``).
-            enough = self.plan.n_buffers >= buffers_wanted(n_jobs)
-            if user_rows or enough or chunk_rows // 2 < MIN_BUFFERED_CHUNK_ROWS:
-                break
-            chunk_rows //= 2
-        self.chunk_rows_target = chunk_rows
-        n_readers = int(max(1, min(n_readers, int(budget) // max(1, ingest))))
-        self._hot: tuple[np.ndarray, np.ndarray] | None = None
-        stored = None  # the relabeling the cache's ids carry
-        if hot:
-            self._hot = choose_hot(*decoder.count_columns(COUNT_ROWS))
-            if self.mode == "cache" and len(self._hot[0]):
-                stored = hot_code(self._hot[0], self.n_features)
+        self._flags = plan.flags
+        self.mode, self.cache_format = plan.mode, plan.cache_format
+        self.chunk_rows_target = plan.chunk_rows
+        self.pieces = plan.pieces()
+        self.per_chunk = plan.per_chunk
+        self._n_chunks = plan.n_chunks
+        self._hot = hot
+        stored = code if self.mode == "cache" else None  # the relabeling the cache's ids carry
         if self.mode == "cache":
-            self.cache = PieceCache(dataset, self.pieces, self.cache_dir,
-                                    compact=self.cache_format != "raw", code=stored,
-                                    id_bound=self._id_bound,
-                                    lz4=self.cache_format == LZ4,
-                                    need=cache_need)  # fmt: skip
+            self.cache = PieceCache(dataset, self.pieces, self.cache_dir, plan.flags,
+                                    fmt=FORMATS[self.cache_format], code=stored,
+                                    id_bound=plan.id_bound, need=plan.cache_bytes,
+                                    stored=plan.rg_stored)  # fmt: skip
         else:
-            self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir)
+            self.cache = ParquetPieces(dataset, self.pieces, self.cache_dir, plan.flags,
+                                       plan.rg_stored)  # fmt: skip
         try:
-            self.cache.ingest(n_readers)
+            self.cache.ingest(plan.n_readers)
             release_arrow_memory()
             # Now the nnz of every piece is known: size the buffers exactly.
-            self.plan = plan_budget(int(budget), max_chunk_bytes=self._max_buffer(),
-                                    ingest_bytes=ingest, **plan_args)  # fmt: skip
+            self.plan: BudgetPlan = plan.resplit(self._max_buffer())
         except BaseException:
             self.cache.close()
             raise
@@ -252,7 +141,7 @@ class StreamSource(ChunkSource):
         self._resident: dict[int, np.ndarray] = {}
         self._target: set[int] = set()
         self._choose(np.zeros(len(self.pieces)))
-        self._rg_order = np.arange(len(refs))
+        self._rg_order = np.arange(len(dataset.chunks))
         self._groups = self._deal(list(range(self.n_chunks)))
         self._dealt: list[int] | None = None  # the order begin_epoch dealt for
         self._live: dict[int, Live] = {}
@@ -264,66 +153,10 @@ class StreamSource(ChunkSource):
         self.read_seconds = 0.0
         self.epoch_stats: list[dict] = []
 
-    def _pick_mode(self, mode: str | None, cache_format: str | None, dataset):
-        """``(mode, cache format, cache bytes)``: where epochs read pieces from, how the cache
-        stores them and its estimated size (``None`` without a cache). The raw cache is the
-        fastest to read while the page cache holds it; once it would not fit half of the
-        memory available, reads come from the disk and the compact one (half the bytes) is
-        faster; when that does not fit the disk, compact records compressed with lz4 (~1.4x
-        fewer bytes on Criteo-like rows, estimated on a sample); when none fits, Parquet is
-        decoded every epoch."""
-        mode = mode or os.environ.get("SNAPFIT_STREAM") or "auto"
-        if mode not in ("auto", "cache", "parquet"):
-            raise ValueError(
-                f"stream mode is {mode!r} (mode= or SNAPFIT_STREAM); use auto, cache or parquet."
-            )
-        fmt = cache_format or os.environ.get("SNAPFIT_CACHE_FORMAT") or "auto"
-        if fmt not in ("auto", "raw", "compact", LZ4):
-            raise ValueError(
-                f"cache format is {fmt!r} (cache_format= or SNAPFIT_CACHE_FORMAT); use auto, "
-                "raw, compact or lz4."
-            )
-        if mode == "parquet":
-            return mode, None, None
-        usage = shutil.disk_usage(self.cache_dir)
-        room = usage.free - DISK_MARGIN * usage.total
-        raw = records_nbytes(dataset, *self._flags)
-        auto = fmt == "auto"
-        if auto:
-            memory = available_memory() or 0
-            fmt = "raw" if raw <= min(room, memory // 2) else "compact"
-        if fmt == LZ4:
-            need = lz4_nbytes(dataset, *self._flags, self._id_bound, self._piece_guess)
-        else:
-            need = raw if fmt == "raw" else cache_nbytes(dataset, *self._flags, self._id_bound)
-        if auto and fmt == "compact" and need > room:
-            squeezed = lz4_nbytes(dataset, *self._flags, self._id_bound, self._piece_guess)
-            if squeezed <= room:
-                fmt, need = LZ4, squeezed
-        if mode == "cache" or need <= room:
-            return "cache", fmt, need
-        log.warning(
-            "the chunk cache would need %.1f GB in %s but %.1f GB are free: decoding Parquet "
-            "every epoch instead (slower; set SNAPFIT_TMPDIR to a disk with more room).",
-            need / 1e9, self.cache_dir, usage.free / 1e9,
-        )  # fmt: skip
-        return "parquet", None, None
-
-    def _layout(self, chunk_rows: int, piece_rows: int | None) -> None:
-        refs = self.dataset.chunks
-        rows = piece_rows_for(chunk_rows, piece_rows)
-        self.pieces = make_pieces([r.n_rows for r in refs], rows)
-        self.per_chunk = max(1, round(chunk_rows / max(1, rows)))
-        self._n_chunks = -(-len(self.pieces) // self.per_chunk)
-
     # -- sizes -----------------------------------------------------------------------------
-    def _buffer_nbytes(self, n_rows: int, nnz: int) -> int:
-        """A chunk's CSR arrays plus its norms (f32) and dual variables (f64)."""
-        return chunk_nbytes(n_rows, nnz, *self._flags) + _align(4 * n_rows) + 8 * n_rows
-
     def _max_buffer(self) -> int:
         """Upper bound over any deal (see ``max_chunk_shape``)."""
-        return self._buffer_nbytes(*self.max_chunk_shape())
+        return buffer_nbytes(*self.max_chunk_shape(), *self._flags)
 
     @property
     def n_chunks(self) -> int:
@@ -481,7 +314,7 @@ class StreamSource(ChunkSource):
                 yield k, live.chunk
         finally:
             self._stop_prefetch()
-            if self.mode == "parquet" or self.cache_format == LZ4:  # Arrow's pool decoded
+            if self.mode == "parquet" or self.cache_format == "lz4":  # Arrow's pool decoded
                 release_arrow_memory()
             self.epoch_stats.append(
                 {"seconds": time.perf_counter() - t0, "read_seconds": pf.read_seconds,

@@ -1,3 +1,4 @@
+import os
 import pickle
 import threading
 
@@ -154,14 +155,14 @@ def test_check_two_classes(tmp_path, rng):
     ds = Dataset(write_parquet(tmp_path / "one.parquet", X, np.ones(200), row_group_rows=64))
     with pytest.raises(DataError, match=r"one.parquet: every one of the 200 labels is \+1"):
         check_two_classes(ds)
-    check_two_classes(Dataset.from_arrays(X, np.arange(200) % 2))
+    check_two_classes(ArrayDataset(X, np.arange(200) % 2))
     with pytest.raises(DataError, match="every one of the 3 labels is -1/0"):
         check_two_classes(np.zeros(3))
 
 
-def test_from_arrays_has_the_same_interface_and_chunks(tmp_path, rng):
+def test_array_dataset_has_the_same_interface_and_chunks(tmp_path, rng):
     X, y = _matrix(rng)
-    mem = Dataset.from_arrays(X, y, chunk_rows=64)
+    mem = ArrayDataset(X, y, chunk_rows=64)
     disk = Dataset(write_parquet(tmp_path / "a.parquet", X, y, row_group_rows=64))
     assert isinstance(mem, ArrayDataset)
     assert [(c.n_rows, c.nnz) for c in mem.chunks] == [(c.n_rows, c.nnz) for c in disk.chunks]
@@ -174,7 +175,7 @@ def test_from_arrays_has_the_same_interface_and_chunks(tmp_path, rng):
 
 def test_from_dense_numpy(rng):
     X = np.array([[0, 2.5, 0], [1, 0, 0], [0, 0, 0]])
-    ds = Dataset.from_arrays(X, [-1, 1, 1], chunk_rows=2)
+    ds = ArrayDataset(X, [-1, 1, 1], chunk_rows=2)
     dense, ys = dense_of(list(ds.iter_chunks()), 3)
     np.testing.assert_array_equal(dense, X)
     np.testing.assert_array_equal(ys, [-1, 1, 1])
@@ -212,3 +213,19 @@ def test_property_write_then_read_gives_the_matrix_back(tmp_path_factory, proble
     )
     np.testing.assert_array_equal(values, X.data)
     np.testing.assert_array_equal(np.concatenate([c.y for c in chunks]), np.where(y == 1, 1, -1))
+
+
+def test_subset_is_the_share_of_row_groups_in_the_order_asked(tmp_path, rng):
+    X, y = _matrix(rng)
+    write_parquet(tmp_path / "a.parquet", X[:128], y[:128], row_group_rows=64)
+    write_parquet(tmp_path / "b.parquet", X[128:], y[128:], row_group_rows=64)
+    ds = Dataset(str(tmp_path))
+    share = ds.subset([3, 0])
+    assert [c.row_group for c in share.chunks] == [1, 0]
+    assert [os.path.basename(f) for f in share.files] == ["a.parquet", "b.parquet"]
+    assert len(ds.chunks) == 4 and ds.files == share.files  # the whole set is unchanged
+    np.testing.assert_array_equal(share.read_chunk(0).indices, ds.read_chunk(3).indices)
+    assert share.n_rows == ds.chunks[3].n_rows + ds.chunks[0].n_rows
+    only_b = ds.subset([2])
+    assert [os.path.basename(f) for f in only_b.files] == ["b.parquet"]
+    assert pickle.loads(pickle.dumps(only_b)).chunks == only_b.chunks

@@ -38,7 +38,8 @@ import json, sys, warnings
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
 from snapfit.datasets.criteo_like import make_criteo_like
-from snapfit.stream.choose import resident_peak_nbytes
+from snapfit.stream.plan import resident_peak_nbytes
+from snapfit.stream.stats import DataStats
 
 def hwm():
     for line in open("/proc/self/status"):
@@ -52,7 +53,7 @@ base = hwm()
 warnings.simplefilter("ignore")
 clf = LogisticRegression(C=0.1, memory_budget=int(sys.argv[2]), max_iter=3, n_jobs=2)
 clf.fit(sys.argv[1])
-data = resident_peak_nbytes(Dataset(sys.argv[1]), 2)
+data = resident_peak_nbytes(DataStats.read(Dataset(sys.argv[1]), sample=False), 2)
 print(json.dumps({"growth": hwm() - base, "epochs": int(clf.n_iter_[0]), "data": data}))
 """
 

@@ -71,9 +71,9 @@ def test_pool_aims_for_four_buffers_per_thread_within_half_of_the_rest():
 
 def test_a_chunk_size_asked_for_is_kept(small_parquet):
     from snapfit.data import Dataset
-    from snapfit.stream import StreamSource
+    from snapfit.train import stream_dataset
 
-    with StreamSource(Dataset(small_parquet), 3_000_000, n_jobs=2, chunk_rows=4000) as src:
+    with stream_dataset(Dataset(small_parquet), 3_000_000, n_units=2, chunk_rows=4000) as src:
         assert src.chunk_rows_target == 4000 and src.plan.n_buffers < 8
 
 

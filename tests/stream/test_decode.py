@@ -7,7 +7,8 @@ from snapfit.data import Dataset
 from snapfit.engine.source import ResidentSource
 from snapfit.solvers import cpu
 from snapfit.stream.cache import make_pieces
-from snapfit.stream.decode import PieceDecoder, file_flags
+from snapfit.stream.decode import PieceDecoder
+from snapfit.stream.stats import DataStats
 
 
 @pytest.mark.parametrize("batch_rows", [97, 1000, 4096])
@@ -15,7 +16,7 @@ def test_records_hold_every_row_in_order(small_parquet, batch_rows):
     ds = Dataset(small_parquet)
     full = ResidentSource(ds).chunks[0]
     pieces = make_pieces([r.n_rows for r in ds.chunks], 300)
-    dec = PieceDecoder(ds, pieces, *file_flags(ds), batch_rows=batch_rows)
+    dec = PieceDecoder(ds, pieces, *DataStats.read(ds, sample=False).flags, batch_rows=batch_rows)
     got = {}
     for g in range(len(ds.chunks)):
         dec.decode(g, lambda p, parts: got.__setitem__(p, [x.copy() for x in parts]))

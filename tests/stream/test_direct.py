@@ -12,13 +12,12 @@ from snapfit.data import Dataset
 from snapfit.engine import Devices, Problem
 from snapfit.engine.source import ResidentSource
 from snapfit.errors import DataError
-from snapfit.stream import StreamSource
-from snapfit.train import train
+from snapfit.train import stream_dataset, train
 
 
 def test_epoch_delivers_every_row_once(small_parquet):
     ds = Dataset(small_parquet)
-    with StreamSource(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="parquet") as src:
+    with stream_dataset(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="parquet") as src:
         assert src.mode == "parquet" and src.window >= 1
         src.make_state()
         full = ResidentSource(ds).chunks[0]
@@ -48,7 +47,7 @@ def test_reaches_the_in_memory_optimum(small_parquet, mode, cache_format, hot):
     # so by the cache), in memory and streamed from a source that re-deals its pieces
     kw = dict(C=0.1, tol=1e-8, max_iter=500, random_state=0, n_jobs=2, deterministic=False)
     mem = LogisticRegression(**kw).fit(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=2, seed=0, mode=mode, cache_format=cache_format,
+    with stream_dataset(ds, 3_000_000, n_units=2, seed=0, mode=mode, cache_format=cache_format,
                       hot=hot) as src:  # fmt: skip
         problem = Problem(n_features=ds.n_features, c_pos=0.1, c_neg=0.1, seed=0, tol=1e-8,
                           max_iter=500)  # fmt: skip
@@ -69,25 +68,24 @@ Usage = namedtuple("Usage", "total used free")
 
 
 def test_auto_falls_back_when_the_cache_would_not_fit(small_parquet, monkeypatch, caplog):
-    import snapfit.stream.source as source
-
-    monkeypatch.setattr(source.shutil, "disk_usage", lambda path: Usage(10**9, 10**9, 10**5))
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**9, 10**9, 10**5))
     with caplog.at_level(logging.WARNING, logger="snapfit"):
-        with StreamSource(Dataset(small_parquet), 3_000_000) as src:
+        with stream_dataset(Dataset(small_parquet), 3_000_000) as src:
             assert src.mode == "parquet"
     assert "decoding Parquet every epoch" in caplog.text
-    monkeypatch.setattr(source.shutil, "disk_usage", shutil.disk_usage)
+    monkeypatch.setattr(shutil, "disk_usage", real)
     monkeypatch.setenv("SNAPFIT_STREAM", "parquet")
-    with StreamSource(Dataset(small_parquet), 3_000_000) as src:
+    with stream_dataset(Dataset(small_parquet), 3_000_000) as src:
         assert src.mode == "parquet"
     monkeypatch.setenv("SNAPFIT_STREAM", "tape")
     with pytest.raises(ValueError, match="auto, cache or parquet"):
-        StreamSource(Dataset(small_parquet), 3_000_000)
+        stream_dataset(Dataset(small_parquet), 3_000_000)
 
 
 def test_decoder_error_names_the_row_group(small_parquet, monkeypatch):
     ds = Dataset(small_parquet)
-    src = StreamSource(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="parquet")
+    src = stream_dataset(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="parquet")
     try:
 
         def broken(g, emit, norms=None):

@@ -1,5 +1,5 @@
 """A streamed source for threads sharing ``w`` chooses their hot features itself and stores
-its cache in their order (``StreamSource(hot=True)``); chunks still come with the data's ids
+its cache in their order (``stream_dataset(hot=True)``); chunks still come with the data's ids
 until the fit asks for its own."""
 
 import numpy as np
@@ -13,9 +13,10 @@ from snapfit.datasets import make_criteo_like_parquet
 from snapfit.engine.shared import choose_hot, hot_code
 from snapfit.engine.source import ResidentSource
 from snapfit.solvers import cpu
-from snapfit.stream import StreamSource
-from snapfit.stream.decode import PieceDecoder, file_flags
+from snapfit.stream.decode import PieceDecoder
 from snapfit.stream.source import recoding
+from snapfit.stream.stats import DataStats
+from snapfit.train import stream_dataset
 
 
 def _relabel(ids, code):
@@ -53,7 +54,7 @@ def test_the_sample_counts_every_row_of_a_small_data_set_and_spreads_over_a_big_
     full = ResidentSource(ds).chunks[0]
     want = np.zeros(ds.n_features, np.int64)
     cpu.count_columns(full.indptr, full.indices, want, 1)
-    dec = PieceDecoder(ds, _pieces(ds), *file_flags(ds), batch_rows=256)
+    dec = PieceDecoder(ds, _pieces(ds), *DataStats.read(ds, sample=False).flags, batch_rows=256)
     counts, counted = dec.count_columns(10**6)
     assert counted == ds.n_rows and np.array_equal(counts, want)
     # 4 groups of 20 (0, 5, 10, 15), whole batches of 256 rows up to 600 rows each
@@ -90,10 +91,10 @@ def test_relabeled_ids_past_two_bytes_are_stored_in_three(tmp_path):
 
 def _check_hot_source(path, mode, cache_format):
     ds = Dataset(path)
-    kw = dict(n_jobs=2, seed=3, chunk_rows=4096, piece_rows=512, mode=mode,
+    kw = dict(n_units=2, seed=3, chunk_rows=4096, piece_rows=512, mode=mode,
               cache_format=cache_format)  # fmt: skip
-    with StreamSource(ds, 8_000_000, **kw) as plain, StreamSource(ds, 8_000_000, hot=True,
-                                                                  **kw) as src:  # fmt: skip
+    with stream_dataset(ds, 8_000_000, **kw) as plain, stream_dataset(ds, 8_000_000, hot=True,
+                                                                      **kw) as src:  # fmt: skip
         assert plain.hot_set() is None
         hot, ends = src.hot_set()
         # every row counted here (20k rows): the choice the trainer's count would make
@@ -134,18 +135,18 @@ def test_a_streamed_fit_of_sharing_threads_resumes_to_the_uninterrupted_optimum(
     same hot set, reaches the uninterrupted fit's optimum, which is liblinear's."""
     import warnings
 
-    import snapfit.stream.choose as choose
+    import snapfit.stream.source as source
     from snapfit import LogisticRegression
     from tests.helpers import liblinear, primal
 
     hot_sets = []
 
-    class Spy(StreamSource):
+    class Spy(source.StreamSource):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             hot_sets.append(self.hot_set())
 
-    monkeypatch.setattr(choose, "StreamSource", Spy)
+    monkeypatch.setattr(source, "StreamSource", Spy)
     kw = dict(C=0.1, tol=1e-9, max_iter=300, random_state=0, n_jobs=2, deterministic=False,
               memory_budget="3MB")  # fmt: skip
     full = LogisticRegression(**kw).fit(small_parquet)

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 from snapfit import LogisticRegression
 from snapfit.data import Dataset
-from snapfit.stream import StreamSource
 from snapfit.stream import record as R
-from snapfit.stream.cache import cache_nbytes
-from snapfit.stream.decode import file_flags
+from snapfit.stream.formats import FORMATS, Shape
+from snapfit.stream.plan import cache_bytes
+from snapfit.stream.stats import DataStats
+from snapfit.train import stream_dataset
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -67,9 +68,9 @@ def _epoch(src, seed):
 
 def test_compact_cache_delivers_the_raw_cache_s_chunks_in_half_the_bytes(small_parquet):
     ds = Dataset(small_parquet)
-    kw = dict(n_jobs=1, chunk_rows=2048, piece_rows=256, mode="cache", seed=3)
-    with StreamSource(ds, 3_000_000, cache_format="raw", **kw) as raw, \
-            StreamSource(ds, 3_000_000, cache_format="compact", **kw) as compact:  # fmt: skip
+    kw = dict(n_units=1, chunk_rows=2048, piece_rows=256, mode="cache", seed=3)
+    with stream_dataset(ds, 3_000_000, cache_format="raw", **kw) as raw, \
+            stream_dataset(ds, 3_000_000, cache_format="compact", **kw) as compact:  # fmt: skip
         assert raw.cache_format == "raw" and compact.cache_format == "compact"
         for src in (raw, compact):
             src.make_state()
@@ -96,33 +97,34 @@ def test_fits_on_the_compact_cache_equal_fits_on_the_raw_one(small_parquet, monk
 
 
 def test_auto_format_is_lz4_when_only_that_fits_the_disk(small_parquet, monkeypatch):
-    """Compact records compressed with lz4 take fewer bytes (estimated from a sample before the
-    first pass, measured after it); "auto" picks them when the compact cache would not fit
+    """Compact records compressed with lz4 take fewer bytes (estimated from the sample before
+    the first pass, measured after it); "auto" picks them when the compact cache would not fit
     the disk but they would, before falling back to decoding Parquet every epoch."""
-    import snapfit.stream.source as source
-    from snapfit.stream.cache import lz4_nbytes
+    import shutil
+
+    import snapfit.stream.memlimit as memlimit
 
     ds = Dataset(small_parquet)
-    flags = file_flags(ds)
-    compact = cache_nbytes(ds, *flags)
     pieces = max(1, min(4096, max(16, ds.n_rows // 16) // 16))  # a default source's
-    squeezed = lz4_nbytes(ds, *flags, None, pieces)
+    stats = DataStats.read(ds, piece_rows=pieces)
+    compact = cache_bytes(stats, "compact", ds.n_features)
+    squeezed = cache_bytes(stats, "lz4", ds.n_features)
     assert squeezed < 0.85 * compact
     with (
-        StreamSource(ds, 3_000_000, n_jobs=1, cache_format="compact") as a,
-        StreamSource(ds, 3_000_000, n_jobs=1, cache_format="lz4") as b,
+        stream_dataset(ds, 3_000_000, n_units=1, cache_format="compact") as a,
+        stream_dataset(ds, 3_000_000, n_units=1, cache_format="lz4") as b,
     ):
         assert b.cache.bytes_per_row < 0.85 * a.cache.bytes_per_row
         assert b.cache._end <= squeezed
     total = 10**9
-    monkeypatch.setattr(source, "available_memory", lambda: 1_000_000)  # not raw
+    monkeypatch.setattr(memlimit, "available_memory", lambda: 1_000_000)  # not raw
     free = int(0.05 * total + (compact + squeezed) / 2)
-    monkeypatch.setattr(source.shutil, "disk_usage", lambda path: Usage(total, 0, free))
-    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(total, 0, free))
+    with stream_dataset(ds, 3_000_000, n_units=1) as src:
         assert (src.mode, src.cache_format) == ("cache", "lz4")
     free = int(0.05 * total + squeezed / 2)
-    monkeypatch.setattr(source.shutil, "disk_usage", lambda path: Usage(total, 0, free))
-    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(total, 0, free))
+    with stream_dataset(ds, 3_000_000, n_units=1) as src:
         assert src.mode == "parquet"
 
 
@@ -130,52 +132,69 @@ def test_auto_format_is_compact_once_the_raw_cache_would_not_stay_in_memory(
     small_parquet, monkeypatch
 ):
     ds = Dataset(small_parquet)
-    import snapfit.stream.source as source
+    import snapfit.stream.memlimit as memlimit
 
-    monkeypatch.setattr(source, "available_memory", lambda: 10**12)
-    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+    monkeypatch.setattr(memlimit, "available_memory", lambda: 10**12)
+    with stream_dataset(ds, 3_000_000, n_units=1) as src:
         assert (src.mode, src.cache_format) == ("cache", "raw")
-    monkeypatch.setattr(source, "available_memory", lambda: 1_000_000)  # raw: ~7 MB
-    with StreamSource(ds, 3_000_000, n_jobs=1) as src:
+    monkeypatch.setattr(memlimit, "available_memory", lambda: 1_000_000)  # raw: ~7 MB
+    with stream_dataset(ds, 3_000_000, n_units=1) as src:
         assert (src.mode, src.cache_format) == ("cache", "compact")
     with pytest.raises(ValueError, match="cache format is 'zip'"):
-        StreamSource(ds, 3_000_000, cache_format="zip")
+        stream_dataset(ds, 3_000_000, cache_format="zip")
 
 
-def test_the_lz4_estimate_is_read_once_and_a_cache_the_disk_cannot_hold_is_refused(
+def test_the_sample_is_decoded_once_and_a_cache_the_disk_cannot_hold_is_refused(
     small_parquet, monkeypatch, tmp_path
 ):
-    """The source's estimate of the cache's bytes (for lz4, a sample decoded and compressed)
-    serves the cache's own space check; a cache given more bytes than the disk has free
-    refuses, naming both, before its first pass writes anything."""
+    """The plan's estimate of the cache's bytes (for lz4, from the one sample decoded and
+    compressed) serves the cache's own space check; a cache given more bytes than the disk has
+    free refuses, naming both, before its first pass writes anything."""
     import snapfit.stream.cache as cache
-    import snapfit.stream.source as source
+    import snapfit.stream.stats as stats
     from snapfit.errors import ResourceError
     from snapfit.stream.cache import PieceCache
 
     calls = []
-    real = cache.lz4_nbytes
+    real = stats._sample
 
     def counted(*args):
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(source, "lz4_nbytes", counted)
-    monkeypatch.setattr(cache, "lz4_nbytes", counted)
+    monkeypatch.setattr(stats, "_sample", counted)
     ds = Dataset(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=1, cache_format="lz4") as src:
-        assert src.cache.need == real(*calls[0]) and src.cache._end <= src.cache.need
+    with stream_dataset(ds, 3_000_000, n_units=1, cache_format="lz4") as src:
+        assert src.cache.need == src.stream_plan.cache_bytes and src.cache._end <= src.cache.need
     assert len(calls) == 1
-    with StreamSource(ds, 3_000_000, n_jobs=1, cache_format="compact") as src:
-        pieces = src.pieces
+    with stream_dataset(ds, 3_000_000, n_units=1, cache_format="compact") as src:
+        pieces, flags = src.pieces, src.flags()
     free = 10**6
     monkeypatch.setattr(cache.shutil, "disk_usage", lambda path: Usage(10**9, 0, free))
-    refused = PieceCache(ds, pieces, str(tmp_path), need=2 * 10**9)
+    refused = PieceCache(ds, pieces, str(tmp_path), flags, need=2 * 10**9)
     with pytest.raises(ResourceError, match=r"needs 2.00 GB in .* only 0.00 GB are free"):
         refused.ingest()
     assert refused._end == 0
     refused.close()
-    estimated = PieceCache(ds, pieces, str(tmp_path))  # no estimate given: its own
-    with pytest.raises(ResourceError, match="SNAPFIT_TMPDIR"):
-        estimated.ingest()
-    estimated.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces(), st.booleans(), st.booleans(), st.sampled_from(sorted(FORMATS)))
+def test_every_format_expands_what_it_encodes(piece, has_values, has_weight, name):
+    """Each cache format stores a piece and gives back the raw record's arrays bit for bit;
+    its ``nbytes`` bounds what raw and compact store (lz4's is an estimate from a ratio)."""
+    indptr, indices, values, y, weight, sqnorm, n_features = piece
+    shape = Shape(has_values, has_weight, R.index_width(n_features))
+    want = [indptr, indices] + ([values] if has_values else []) + [y]
+    want += ([weight] if has_weight else []) + [sqnorm]
+    fmt = FORMATS[name]
+    stored, plain = fmt.encode(want, shape)
+    record = np.concatenate([np.frombuffer(memoryview(x).cast("B"), np.uint8) for x in stored])
+    got = [np.full_like(a, -7) for a in want]
+    fmt.expand(record, len(y), len(indices), got, shape, plain)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    n_valued = int((values != 1).sum()) if has_values else 0
+    if name != "lz4" and all(np.diff(np.r_[0, indptr]) < 256):  # one-byte lengths
+        assert len(record) <= fmt.nbytes(len(y), len(indices), n_valued, shape)
+    assert fmt.direct == (name == "raw")

@@ -8,8 +8,7 @@ from snapfit.data import Dataset
 from snapfit.engine import Problem
 from snapfit.engine.source import ResidentSource
 from snapfit.errors import ResourceError
-from snapfit.stream import StreamSource
-from snapfit.train import train
+from snapfit.train import stream_dataset, train
 
 
 def _primal(clf, X, y, C):
@@ -20,7 +19,7 @@ def _primal(clf, X, y, C):
 
 def test_epoch_delivers_every_row_once(small_parquet):
     ds = Dataset(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256) as src:
+    with stream_dataset(ds, 3_000_000, n_units=1, chunk_rows=2048, piece_rows=256) as src:
         src.make_state()
         order = list(np.random.default_rng(0).permutation(src.n_chunks))
         ys, nnz = [], 0
@@ -53,7 +52,7 @@ def test_budget_quarter_reaches_the_in_memory_optimum(small_parquet):
 
 def test_reader_error_names_the_row_group(small_parquet, monkeypatch):
     ds = Dataset(small_parquet)
-    src = StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256)
+    src = stream_dataset(ds, 3_000_000, n_units=1, chunk_rows=2048, piece_rows=256)
     try:
 
         def broken(targets, p, record):
@@ -96,7 +95,7 @@ def test_arrow_pool_pages_go_back_after_decoding(small_parquet, monkeypatch, mod
     calls = []
     monkeypatch.setattr(source_mod, "release_arrow_memory", lambda: calls.append(1))
     ds = Dataset(small_parquet)
-    with StreamSource(ds, 3_000_000, n_jobs=1, chunk_rows=2048, piece_rows=256, mode=mode,
+    with stream_dataset(ds, 3_000_000, n_units=1, chunk_rows=2048, piece_rows=256, mode=mode,
                       cache_format=fmt) as src:  # fmt: skip
         assert len(calls) == 1  # the first pass
         src.make_state()

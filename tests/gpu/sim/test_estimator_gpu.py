@@ -82,7 +82,8 @@ def test_streamed_parquet_on_the_gpu(tmp_path):
     keyed by row, and reaches the in-memory optimum."""
     from snapfit.data import Dataset
     from snapfit.stream.budget import chunk_nbytes
-    from snapfit.stream.choose import resident_peak_nbytes
+    from snapfit.stream.plan import resident_peak_nbytes
+    from snapfit.stream.stats import DataStats
     from tests.gpu.sim.conftest import make_sparse_rows
 
     X, y = make_sparse_rows(n=600, d=64, nnz=6, seed=0)
@@ -93,7 +94,7 @@ def test_streamed_parquet_on_the_gpu(tmp_path):
     ds = Dataset(str(path))
     budget = 10_000  # below a third of the decoded data: streamed, with alpha spilled to disk
     assert sum(chunk_nbytes(r.n_rows, r.nnz, True, False) for r in ds.chunks) > 3 * budget
-    assert resident_peak_nbytes(ds, 1) > budget
+    assert resident_peak_nbytes(DataStats.read(ds, sample=False), 1) > budget
     kw = dict(C=0.5, tol=1e-7, max_iter=300, random_state=0)
     cpu = snapfit.LogisticRegression(device="cpu", **kw).fit(X, y)
     gpu = snapfit.LogisticRegression(device="gpu", memory_budget=budget, **kw).fit(str(path))

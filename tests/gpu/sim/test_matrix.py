@@ -17,8 +17,10 @@ import pytest
 
 import snapfit
 from snapfit.data import Dataset, write_parquet
-from snapfit.stream.choose import resident_peak_nbytes, source_for_dataset
+from snapfit.stream.plan import resident_peak_nbytes
 from snapfit.stream.source import StreamSource
+from snapfit.stream.stats import DataStats
+from snapfit.train import stream_dataset
 from tests.alarm import alarm
 from tests.gpu.sim.conftest import make_sparse_rows
 
@@ -70,7 +72,7 @@ def data(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("matrix") / "d.parquet")
     write_parquet(path, X, y, row_group_rows=GROUP_ROWS)
     dataset = Dataset(path)
-    assert BUDGET < resident_peak_nbytes(dataset, 1) / 3
+    assert BUDGET < resident_peak_nbytes(DataStats.read(dataset, sample=False), 1) / 3
     ref = snapfit.LogisticRegression(device="cpu", n_jobs=1, **dict(PARAMS, tol=1e-10))
     return X, y, path, ref.fit(X, y).history_[-1]["primal"]
 
@@ -97,7 +99,8 @@ def test_local(data, inputs, devices):
     est = snapfit.LogisticRegression(memory_budget=budget, **dev, **PARAMS)
     if inputs != "arrays":
         units = dev["n_jobs"]
-        chosen = source_for_dataset(Dataset(path), budget=budget or 1 << 40, n_units=units)
+        chosen = stream_dataset(Dataset(path), budget or 1 << 40, n_units=units,
+                                allow_resident=True)  # fmt: skip
         assert isinstance(chosen, StreamSource) == (inputs == "streamed")
         chosen.close()
     TIMES[("local", inputs, devices)] = time.perf_counter()

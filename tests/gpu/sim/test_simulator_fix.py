@@ -1,4 +1,4 @@
-"""``snapfit.gpu.simulator.lock_shared``: one shared array per block and call site, however
+"""``snapfit.solvers.cudasim.lock_shared``: one shared array per block and call site, however
 the simulated threads of a block interleave (numba's own lookup races; see the module)."""
 
 import threading
@@ -55,7 +55,7 @@ def test_the_patched_lookup_gives_every_thread_the_same_array(monkeypatch):
 
 
 def test_installing_twice_keeps_one_patch_and_dynamic_shared_memory_is_numbas():
-    from snapfit.gpu.simulator import lock_shared
+    from snapfit.solvers.cudasim import lock_shared
 
     patched = kernelapi.FakeCUDAShared.array
     lock_shared()
@@ -69,6 +69,6 @@ def test_importing_the_kernels_shortens_the_switch_interval():
     """Every process that runs simulated kernels (Dask workers too) hands the GIL on quickly."""
     import sys
 
-    from snapfit.gpu.simulator import SWITCH_INTERVAL
+    from snapfit.solvers.cudasim import SWITCH_INTERVAL
 
     assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)

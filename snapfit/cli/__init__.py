@@ -76,7 +76,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     # Each module exposes ``commands``: a list of click commands (mlflow's layout).
-    from snapfit import cli_data, cli_demo, cli_train
+    from snapfit.cli import data as cli_data
+    from snapfit.cli import demo as cli_demo
+    from snapfit.cli import train as cli_train
 
     for module in (cli_data, cli_train, cli_demo):
         for command in module.commands:

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from snapfit.cli_args import FORCE, JSON, PathOrURL
+from snapfit.cli.args import FORCE, JSON, PathOrURL
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS
 
 _ROW_GROUP_ROWS = click.option(
@@ -28,7 +28,7 @@ _HASH_BITS = click.option(
 
 
 def _report_json(json_path, command: str, report, seconds: float, **extra) -> None:
-    from snapfit.cli_format import write_json
+    from snapfit.cli.format import write_json
 
     write_json(json_path, dict(command=command, output=report.output, rows=report.rows,
                                nnz=report.nnz, row_groups=report.row_groups, seconds=seconds,
@@ -271,7 +271,7 @@ def make_data(kind, output, rows, seed, tsv, hash_bits, row_group_rows, force, j
         make_criteo_like_tsv(output, rows, seed, force=force)
         seconds = time.perf_counter() - start
         if json_path:
-            from snapfit.cli_format import write_json
+            from snapfit.cli.format import write_json
 
             write_json(json_path, {"command": "make-data", "output": output, "rows": rows,
                                    "format": "tsv", "seed": seed, "seconds": seconds})  # fmt: skip
@@ -316,7 +316,7 @@ def info(path, devices, as_json, top):
     from snapfit.model import is_model_file
 
     if is_model_file(path):
-        from snapfit.cli_format import model_lines
+        from snapfit.cli.format import model_lines
         from snapfit.model import model_info
 
         summary = model_info(path, top=top)

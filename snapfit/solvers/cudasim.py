@@ -20,11 +20,16 @@ never see a test's settings, ran the matrix tests' GPU cells at a seventh of the
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from contextlib import nullcontext
 
-from snapfit.gpu.device import simulated
+
+def simulated() -> bool:
+    """True when Numba's CUDA simulator is enabled (it is chosen when numba.cuda is imported)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
 
 #: Held around every kernel launch under the simulator (one kernel at a time per process).
 serial = threading.Lock() if simulated() else nullcontext()

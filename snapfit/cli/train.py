@@ -14,7 +14,7 @@ import warnings
 
 import click
 
-from snapfit.cli_args import (
+from snapfit.cli.args import (
     CHUNK_ROWS,
     DATA,
     DEVICE,
@@ -26,7 +26,7 @@ from snapfit.cli_args import (
     PathOrURL,
     memory_budget_option,
 )
-from snapfit.cli_format import (
+from snapfit.cli.format import (
     Progress,
     budget_error,
     extra_of,
