@@ -26,9 +26,7 @@ Per-row duality gap (Fenchel-Young, each term >= 0; margin ``m_i = y_i w.x_i``, 
 
     g_i = C_i log(1 + e^{-m_i}) + a_i m_i + a_i log(a_i/C_i) + (C_i-a_i) log((C_i-a_i)/C_i)
 
-Rows start at ``a_i = 0``, ``w = 0`` (no initialization pass); ``C_i = 0`` rows stay at 0.
-Hinge, squared hinge and squared loss (``row_step``, ``row_terms_of``) keep ``a_i`` plainly and
-step in closed form (Hsieh et al. 2008; SDCA): see docs/losses.md.
+Rows start at ``a_i = 0``, ``w = 0``; ``C_i = 0`` rows stay. Other losses: docs/losses.md.
 """
 
 from math import exp, fabs, log, log1p
