@@ -13,7 +13,8 @@ import pytest
 
 import snapfit
 from snapfit.data import Dataset, write_parquet
-from snapfit.stream.choose import resident_peak_nbytes
+from snapfit.stream.plan import resident_peak_nbytes
+from snapfit.stream.stats import DataStats
 from tests.alarm import alarm
 from tests.gpu.sim.conftest import make_sparse_rows
 
@@ -33,7 +34,7 @@ def data(tmp_path_factory):
     X, y = make_sparse_rows(600, 64, 6, seed=0)
     path = str(tmp_path_factory.mktemp("losses") / "d.parquet")
     write_parquet(path, X, y, row_group_rows=25)
-    assert BUDGET < resident_peak_nbytes(Dataset(path), 1) / 3
+    assert BUDGET < resident_peak_nbytes(DataStats.read(Dataset(path), sample=False), 1) / 3
     return X, y, path
 
 
