@@ -148,7 +148,7 @@ class DeviceChunk:
             device_memset(self.counts, 0, self.counts.nbytes)
             K.column_counts[lp.blocks, lp.block](a[0], a[1], self.rows, lp.team, self.counts)
         K.cd_pass[lp.blocks, lp.block](*a, C, C, BIAS, self.sq, self.counts, self.alpha, self.w,
-                                       self.rows, 1.0, lp.team, self.result)  # fmt: skip
+                                       self.rows, 1.0, lp.team, self.result, 0)  # fmt: skip
 
 
 def sync():

@@ -1,4 +1,4 @@
-"""snapfit: out-of-core dual coordinate descent for sparse L2-regularized logistic regression."""
+"""snapfit: out-of-core dual coordinate descent for sparse L2-regularized linear models."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["LogisticRegression", "TableHasher", "load", "__version__"]
+__all__ = ["LinearSVC", "LogisticRegression", "Ridge", "TableHasher", "load", "__version__"]
 
 if TYPE_CHECKING:
     from snapfit.datasets.featurize import TableHasher
     from snapfit.estimator import LogisticRegression, load
+    from snapfit.ridge import Ridge
+    from snapfit.svm import LinearSVC
 
 
 def __getattr__(name: str):
@@ -20,6 +22,14 @@ def __getattr__(name: str):
         from snapfit import estimator
 
         return getattr(estimator, name)
+    if name == "LinearSVC":
+        from snapfit.svm import LinearSVC
+
+        return LinearSVC
+    if name == "Ridge":
+        from snapfit.ridge import Ridge
+
+        return Ridge
     if name == "TableHasher":
         from snapfit.datasets.featurize import TableHasher
 

@@ -410,11 +410,17 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         _check_class_weight(self.class_weight, self.classes_)
         return class_bounds(self.C, self.class_weight, self.classes_, counts)
 
+    def _loss_name(self) -> str:
+        """The loss this estimator fits (``dual.LOSSES``), recorded in its model files."""
+        return "logistic"
+
     def _problem(self, n_features: int, c_neg: float, c_pos: float, seed: int, bias: float):
         from snapfit.engine import Problem
+        from snapfit.solvers.dual import LOSSES
 
         return Problem(n_features=n_features, c_pos=float(c_pos), c_neg=float(c_neg), bias=bias,
-                       tol=float(self.tol), max_iter=int(self.max_iter), seed=seed)  # fmt: skip
+                       tol=float(self.tol), max_iter=int(self.max_iter), seed=seed,
+                       loss=LOSSES[self._loss_name()])  # fmt: skip
 
     def _warm_w(self, n_features: int, bias: float) -> np.ndarray | None:
         """The previous fit's ``w`` (intercept weight last) when warm starting on as many
@@ -603,7 +609,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             classes = classes.astype(str)
         arrays = {"coef": self.coef_, "intercept": self.intercept_, "classes": classes}
         meta = {"params": model_io.jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
-                "history": self.history_, "feature_map": featuremap.of_model(self)}  # fmt: skip
+                "history": self.history_, "feature_map": featuremap.of_model(self),
+                "loss": self._loss_name()}  # fmt: skip
         if hasattr(self, "best_iteration_"):
             meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
         for name in ("converged_", "stopped_early_", "streamed_"):

@@ -104,9 +104,24 @@ def _key(s: str):
         return s
 
 
+# Which loader reads a model of each loss.
+_LOADERS = {
+    "logistic": "load",
+    "hinge": "svm.load",
+    "squared_hinge": "svm.load",
+    "squared": "ridge.load",
+}
+
+
 def load_estimator(path, est):
     """Fill the unfitted estimator ``est`` from the model file at ``path``."""
     arrays, header = load_arrays(path)
+    loss, wanted = header.get("loss", "logistic"), est._loss_name()
+    if _LOADERS.get(loss) != _LOADERS[wanted]:  # another estimator's file
+        raise DataError(
+            f"{os.fspath(path)}: the model was trained with the {loss} loss, not {wanted}; "
+            f"load it with the loader of its estimator (snapfit.{_LOADERS[loss]})."
+        )
     valid = est.get_params()
     kw = {}
     for k, v in header.get("params", {}).items():

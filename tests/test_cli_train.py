@@ -400,3 +400,23 @@ def test_predict_passes_an_id_column_through(files, tmp_path, run):
               "--id-column", "row_id")  # fmt: skip
     assert res.exit_code == 3 and "has no column 'row_id' (columns: indices" in res.output
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_train_loss_hinge_writes_a_linear_svm(files, tmp_path, run):
+    """``--loss hinge`` fits ``snapfit.LinearSVC`` (the file records the loss); what only
+    logistic models have yet is a usage error naming the way out."""
+    out = tmp_path / "svm.npz"
+    res = run("train", files["train"], "--out", out, "--loss", "hinge", "--C", "0.5",
+              "--max-iter", "30", "--tol", "1e-3", "--quiet")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    from snapfit import svm
+
+    model = svm.load(out)
+    assert model.loss == "hinge" and model.C == 0.5
+    assert model.score(files["test_X"], files["test_y"]) > 0.6
+    for args, message in (
+        (["--loss", "squared"], "fit snapfit.Ridge on arrays"),
+        (["--loss", "squared_hinge", "--test", files["test"]], "trains from DATA alone"),
+    ):
+        res = run("train", files["train"], "--out", tmp_path / "x.npz", *args)
+        assert res.exit_code == 2 and message in res.output, res.output

@@ -55,6 +55,20 @@ def _test_logloss(data, coef, intercept: float) -> float:
                         for c in data.iter_chunks())  # fmt: skip
 
 
+def _check_loss(loss: str, scored_or_dask) -> None:
+    """The losses beside logistic train from DATA alone for now (a usage error otherwise)."""
+    if loss == "squared":
+        raise click.UsageError(
+            "--loss squared fits real targets, which snapfit's Parquet format does not carry "
+            "yet; fit snapfit.Ridge on arrays instead."
+        )
+    if loss != "logistic" and scored_or_dask:
+        raise click.UsageError(
+            f"--loss {loss} trains from DATA alone for now: --test, --validation, --scheduler "
+            "and --workers score or train logistic models only."
+        )
+
+
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
     local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
@@ -188,18 +202,23 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
               help="Train on a new local Dask cluster of N worker processes.")  # fmt: skip
 @JSON
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
+@click.option("--loss", type=click.Choice(["logistic", "hinge", "squared_hinge", "squared"]),
+              default="logistic", show_default=True,
+              help="logistic: LogisticRegression; hinge, squared_hinge: a linear SVM (LinearSVC, "
+              "read with snapfit.svm.load); squared: ridge, not yet from Parquet.")  # fmt: skip
 @FORCE
 def train(
     data, test, validation, early_stopping_rounds, early_stopping_gap, validation_metric, out, C,
     device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
-    seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, force,
+    seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, loss,
+    force,
 ):  # fmt: skip
     """Train a logistic regression model on DATA (Parquet file, directory or glob) and write
     it to MODEL."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from snapfit import LogisticRegression, featuremap
+    from snapfit import LinearSVC, LogisticRegression, featuremap
     from snapfit.data import Dataset, check_output
     from snapfit.scoring import evaluate, open_for
 
@@ -227,14 +246,15 @@ def train(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
             "dual variables on the driver every round and is evaluated with `snapfit evaluate`."
         )
+    _check_loss(loss, test or validation or scheduler or workers)
     start = time.perf_counter()
     check_output(out, [p for p in (data, test, validation) if p], force=force)
-    est = LogisticRegression(
+    est = (LogisticRegression() if loss == "logistic" else LinearSVC(loss=loss)).set_params(
         C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
         device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
         deterministic=deterministic,
-        early_stopping_rounds=early_stopping_rounds, validation_metric=validation_metric,
-        early_stopping_gap=early_stopping_gap,
+        early_stopping_rounds=early_stopping_rounds, early_stopping_gap=early_stopping_gap,
+        validation_metric=validation_metric if loss == "logistic" else "auc",
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)

@@ -47,6 +47,8 @@ def problem_params(problem: Problem) -> dict:
         "bias": problem.bias,
         "seed": problem.seed,
         "bucket_rows": problem.bucket_rows,
+        # logistic's checkpoints predate the loss: recorded only for the others
+        **({"loss": problem.loss} if problem.loss else {}),
     }
 
 

@@ -13,7 +13,8 @@ class Problem:
 
     ``c_pos`` / ``c_neg`` are ``C`` times the class weight of the positive / negative class;
     per-row sample weights multiply them inside the kernels. ``bias`` is the constant feature
-    value of the intercept (``intercept_scaling``; 0 means no intercept).
+    value of the intercept (``intercept_scaling``; 0 means no intercept). ``loss`` is a loss
+    code of ``snapfit.solvers.dual`` (``LOSSES``: logistic, hinge, squared hinge, squared).
     """
 
     n_features: int
@@ -23,6 +24,7 @@ class Problem:
     tol: float = 1e-4
     max_iter: int = 100
     seed: int = 0
+    loss: int = 0
     # Rows are visited in a full random permutation (buckets of 1). Buckets of consecutive rows
     # read memory in order but group the same rows together every epoch, which converged far
     # slower (8-row buckets: relative gap 2.8e-4 after 30 epochs where a full permutation reached

@@ -203,5 +203,5 @@ class HotSlots:
         return cpu.cd_pass_views(
             *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.views[me],
             rows, sigma, self.h0, self.pub, self.seen, me, hot_damp(self.n_threads), self.ends,
-            self.every,
+            self.every, p.loss,
         )  # fmt: skip

@@ -100,7 +100,7 @@ class CpuUnit(Unit):
         p = self.p
         result = cpu.cd_pass(
             *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.view, rows,
-            self.sigma,
+            self.sigma, p.loss,
         )  # fmt: skip
         return [(item, result)]
 
@@ -108,7 +108,7 @@ class CpuUnit(Unit):
         p = self.p
         lo, hi = item_span(item, chunk.n_rows)
         result = cpu.chunk_objective(
-            *cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha[lo:hi], w
+            *cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha[lo:hi], w, p.loss
         )
         return [(item, result)]
 
@@ -157,5 +157,5 @@ def host_warm(p, chunk, alpha, w0, out: np.ndarray, lo: int = 0, hi: int | None 
     hi = chunk.n_rows if hi is None else hi
     args = cpu.chunk_args(chunk, lo, hi)
     if w0 is not None:
-        cpu.alpha_from_margins(*args, p.c_pos, p.c_neg, p.bias, w0, alpha[lo:hi])
-    cpu.accumulate_w(*args, p.c_pos, p.c_neg, p.bias, alpha[lo:hi], out)
+        cpu.alpha_from_margins(*args, p.c_pos, p.c_neg, p.bias, w0, alpha[lo:hi], p.loss)
+    cpu.accumulate_w(*args, p.c_pos, p.c_neg, p.bias, alpha[lo:hi], out, p.loss)

@@ -283,7 +283,7 @@ class GpuUnit(Unit):
                 )
             launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
                 *args, p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], self.counts, dc.alpha[:n],
-                self.w, order, self.sigma, lp.team, self._result[item.seq],
+                self.w, order, self.sigma, lp.team, self._result[item.seq], p.loss,
             )  # fmt: skip
         if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
             self.on_device.add(item.k)  # the device copy is now the current one
@@ -308,7 +308,7 @@ class GpuUnit(Unit):
         with serial:
             self.backend.launch(kernels.chunk_objective, lp.blocks, lp.block, self.compute_stream)(
                 *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.w, lo, hi,
-                lp.team, self._result[item.seq],
+                lp.team, self._result[item.seq], p.loss,
             )  # fmt: skip
         return self._enqueued(s, item, start)
 
@@ -334,7 +334,7 @@ class GpuUnit(Unit):
         with serial:
             self.backend.launch(kernels.warm_start, lp.blocks, lp.block, stream)(
                 *dc.args(), p.c_pos, p.c_neg, p.bias, w0_dev, w0 is not None, dc.alpha[:n],
-                self.w, lp.team,
+                self.w, lp.team, p.loss,
             )  # fmt: skip
         self.on_device.add(item.k)
 

@@ -27,6 +27,10 @@ row_update = _math.row_update
 unpack_alpha = _math.unpack_alpha
 row_terms = _math.row_terms
 alpha_at_margin = _math.alpha_at_margin
+row_step = _math.row_step
+row_terms_of = _math.row_terms_of
+row_coef = _math.row_coef
+alpha_at = _math.alpha_at
 
 
 @intrinsic
@@ -189,14 +193,15 @@ def row_sqnorms(indptr, indices, values, has_values, out):
 @njit(nogil=True, cache=True)
 def cd_pass(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma,
+    c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma, loss=0,
 ):  # fmt: skip
     """One pass of dual CD over ``rows`` (in that order) of a chunk, updating ``alpha`` and ``w``.
 
     ``w`` is this worker's view (length n_features + 1; the last entry is the intercept weight,
     whose feature value is ``bias``, 0 when there is no intercept). ``sigma`` is CoCoA+'s sigma':
     the subproblem's curvature is ``sigma ||x_i||^2`` and the view moves by ``sigma * delta``, so
-    K views started from the same ``w`` can be averaged safely (``sigma = K``).
+    K views started from the same ``w`` can be averaged safely (``sigma = K``). ``loss`` is a
+    ``dual`` loss code (logistic by default).
 
     Returns ``(gap, entropy)``. ``gap`` sums each row's gap term just before its own update (an
     estimate of the chunk's gap that is exact at a fixed point; it ranks chunks for residency and
@@ -228,7 +233,7 @@ def cd_pass(
     return cd_pass_views(
         indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, sqnorm,
         alpha, w, rows, sigma, len(w) - 1, np.zeros((1, 1)), np.zeros((1, 1, 1)), 0, 0.0,
-        np.zeros(1, np.int64), 0,
+        np.zeros(1, np.int64), 0, loss,
     )  # fmt: skip
 
 
@@ -250,6 +255,7 @@ def tier_end(ends, rounds):
 def cd_pass_views(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, sqnorm, alpha, w, rows, sigma, h0, pub, seen, me, hot_damp, ends, every,
+    loss=0,
 ):  # fmt: skip
     """``cd_pass`` on thread ``me``'s view of a ``w`` shared by threads, syncing its hot part.
 
@@ -353,16 +359,15 @@ def cd_pass_views(
         else:
             for k in range(lo, hi):
                 dot += w[indices[k]]
-        b = yi * dot
         q = sigma * (sqnorm[i] + bias2 + hot_damp * hot_sq)
         # The row's gap term is taken before its update: after an exact coordinate minimization
         # it is zero by construction and would say nothing about the chunk.
-        s_new, delta, g, e = row_update(q, b, alpha[i], c)
+        s_new, move, g, e = row_step(q, dot, yi, alpha[i], c, loss)
         alpha[i] = s_new
         gap += g
         ent += e
-        if delta != 0.0:
-            step = sigma * delta * yi  # row_axpy
+        if move != 0.0:
+            step = sigma * move  # row_axpy
             w[d] += step * bias
             if has_values:
                 for k in range(lo, hi):
@@ -404,14 +409,14 @@ def count_columns(indptr, indices, out, step):
 @njit(nogil=True, cache=True)
 def chunk_objective(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, alpha, w,
+    c_pos, c_neg, bias, alpha, w, loss=0,
 ):  # fmt: skip
     """Exact ``(loss, entropy, gap)`` sums of a chunk at ``w`` and ``alpha``.
 
     ``P = 1/2||w||^2 + loss``, ``D = -1/2||w||^2 - entropy``; ``gap`` sums the per-row terms
     ``g_i >= 0`` (equal to ``P - D`` over the whole data set when ``w = w(alpha)``).
     """
-    loss = 0.0
+    total = 0.0
     ent = 0.0
     gap = 0.0
     n = len(indptr) - 1
@@ -422,17 +427,17 @@ def chunk_objective(
         if c <= 0.0:
             continue
         dot = row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
-        li, ei, gi = row_terms(y[i] * dot, alpha[i], c)
-        loss += li
+        li, ei, gi = row_terms_of(dot, y[i], alpha[i], c, loss)
+        total += li
         ent += ei
         gap += gi
-    return loss, ent, gap
+    return total, ent, gap
 
 
 @njit(nogil=True, cache=True)
 def accumulate_w(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, alpha, w,
+    c_pos, c_neg, bias, alpha, w, loss=0,
 ):  # fmt: skip
     """Add ``sum_i a_i y_i x_i`` of a chunk into ``w``: rebuilds ``w(alpha)`` exactly.
 
@@ -446,14 +451,14 @@ def accumulate_w(
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             continue
-        a, _ = unpack_alpha(alpha[i], c)
-        row_axpy(indptr[i], indptr[i + 1], indices, values, has_values, w, bias, a * y[i])
+        coef = row_coef(alpha[i], c, y[i], loss)
+        row_axpy(indptr[i], indptr[i + 1], indices, values, has_values, w, bias, coef)
 
 
 @njit(nogil=True, cache=True)
 def alpha_from_margins(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, w, alpha,
+    c_pos, c_neg, bias, w, alpha, loss=0,
 ):  # fmt: skip
     """Warm start: ``a_i = C_i / (1 + exp(m_i))`` (``dual.alpha_at_margin``), the dual point
     that the optimality conditions pair with ``w`` (``m_i = y_i w.x_i``). If ``w`` is the
@@ -463,10 +468,10 @@ def alpha_from_margins(
         if i + 2 < n:
             prefetch_row(indptr, indices, w, i + 2)
         c = row_bound(i, y, weight, has_weight, c_pos, c_neg)
-        m = 0.0
+        dot = 0.0
         if c > 0.0:
-            m = y[i] * row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
-        alpha[i] = alpha_at_margin(m, c)
+            dot = row_dot(indptr[i], indptr[i + 1], indices, values, has_values, w, bias)
+        alpha[i] = alpha_at(dot, y[i], c, loss)
 
 
 @njit(nogil=True, cache=True)

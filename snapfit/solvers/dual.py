@@ -1,4 +1,4 @@
-"""The one scalar update of snapfit: dual coordinate descent for L2-regularized logistic regression.
+"""The one scalar update of snapfit: dual coordinate descent for L2-regularized linear models.
 
 Plain Python on scalars, no numba import: the same source is compiled by ``numba.njit`` for
 the CPU kernels (``cpu.py``) and ``numba.cuda.jit(device=True)`` for the GPU's (``gpu.py``).
@@ -26,7 +26,7 @@ Per-row duality gap (Fenchel-Young, each term >= 0; margin ``m_i = y_i w.x_i``, 
 
     g_i = C_i log(1 + e^{-m_i}) + a_i m_i + a_i log(a_i/C_i) + (C_i-a_i) log((C_i-a_i)/C_i)
 
-Rows start at ``a_i = 0``, ``w = 0`` (no initialization pass); ``C_i = 0`` rows stay at 0.
+Rows start at ``a_i = 0``, ``w = 0``; ``C_i = 0`` rows stay. Other losses: docs/losses.md.
 """
 
 from math import exp, fabs, log, log1p
@@ -46,6 +46,13 @@ FORCING = 1e-3
 # First interior point of a row that starts at a_i = 0, as a fraction of C_i (liblinear starts
 # every row at min(0.001 C, 1e-8)).
 ALPHA0_FRACTION = 1e-3
+
+# Loss codes, the ``loss`` argument of ``row_step`` and every kernel (``Problem.loss``).
+LOGISTIC = 0
+HINGE = 1
+SQUARED_HINGE = 2
+SQUARED = 3
+LOSSES = {"logistic": LOGISTIC, "hinge": HINGE, "squared_hinge": SQUARED_HINGE, "squared": SQUARED}
 
 
 def unpack_alpha(s, c):
@@ -193,6 +200,99 @@ def row_gap(m, s, c):
     return row_terms(m, s, c)[2]
 
 
+def row_step(q, dot, y, s, c, loss):
+    """One coordinate step of any loss: ``(new alpha, move of w along x_i, gap before, dual
+    term after)``; ``dot = v.x_i``, ``y`` the row's label (or target for the squared loss).
+
+    The move is what the caller adds, times ``x_i``, into its view of ``w`` (``delta a y_i``,
+    ``delta a`` for the squared loss). The dual term is what an epoch sums into ``entropy``
+    (``D = -1/2||w||^2 - sum``). Logistic is ``row_update`` (packed alpha); the others are
+    closed form, with ``q = 0`` (an empty row and no intercept) taken to its limit.
+    """
+    if loss == LOGISTIC:
+        s_new, delta, gap, ent = row_update(q, y * dot, s, c)
+        return s_new, delta * y, gap, ent
+    if c <= 0.0:
+        return s, 0.0, 0.0, 0.0
+    if loss == SQUARED:
+        r = c * (y - dot) - s
+        a = s + r / (c * q + 1.0)
+        return a, a - s, 0.5 * r * r / c, a * (0.5 * a / c - y)
+    m = y * dot
+    gap = row_gap_of(m, s, c, loss)
+    if loss == HINGE:
+        g = m - 1.0
+        a = s
+        if q > 0.0:
+            a = min(max(s - g / q, 0.0), c)
+        elif g < 0.0:
+            a = c
+        elif g > 0.0:
+            a = 0.0
+        return a, (a - s) * y, gap, -a
+    a = max(s - (m - 1.0 + 0.5 * s / c) / (q + 0.5 / c), 0.0)  # squared hinge
+    return a, (a - s) * y, gap, a * (0.25 * a / c - 1.0)
+
+
+def row_gap_of(m, s, c, loss):
+    """Fenchel-Young gap term ``>= 0`` of a hinge or squared hinge row at margin ``m = y w.x``,
+    written as a sum of non-negative parts so that rounding keeps it so."""
+    u = 1.0 - m
+    if loss == HINGE:
+        if u > 0.0:
+            return (c - s) * u
+        return -s * u
+    if u > 0.0:
+        r = c * u - 0.5 * s
+        return r * r / c
+    return s * (0.25 * s / c - u)
+
+
+def row_terms_of(dot, y, s, c, loss):
+    """``(loss, dual term, gap)`` of one row of any loss at ``dot = w.x_i``: ``row_terms`` for
+    logistic, summed the same way (``P = 1/2||w||^2 + sum loss``, ``D = -1/2||w||^2 - sum``)."""
+    if loss == LOGISTIC:
+        return row_terms(y * dot, s, c)
+    if c <= 0.0:
+        return 0.0, 0.0, 0.0
+    if loss == SQUARED:
+        e = y - dot
+        r = c * e - s
+        return 0.5 * c * e * e, s * (0.5 * s / c - y), 0.5 * r * r / c
+    m = y * dot
+    u = max(1.0 - m, 0.0)
+    if loss == HINGE:
+        return c * u, -s, row_gap_of(m, s, c, loss)
+    return c * u * u, s * (0.25 * s / c - 1.0), row_gap_of(m, s, c, loss)
+
+
+def row_coef(s, c, y, loss):
+    """The coefficient of ``x_i`` in ``w(a)``: ``a_i y_i`` (``a_i`` for the squared loss)."""
+    if loss == LOGISTIC:
+        return unpack_alpha(s, c)[0] * y
+    if c <= 0.0:
+        return 0.0
+    if loss == SQUARED:
+        return s
+    return s * y
+
+
+def alpha_at(dot, y, c, loss):
+    """The dual point the optimality conditions pair with ``dot = w.x_i`` (a warm start):
+    ``alpha_at_margin`` for logistic; ``C_i (y_i - dot)``, ``2 C_i max(0, 1 - m)``, and for the
+    hinge (where ``m = 1`` pairs with all of ``[0, C_i]``) ``C_i`` below margin 1, else 0."""
+    if loss == LOGISTIC:
+        return alpha_at_margin(y * dot, c)
+    if c <= 0.0:
+        return 0.0
+    if loss == SQUARED:
+        return c * (y - dot)
+    m = y * dot
+    if loss == HINGE:
+        return c if m < 1.0 else 0.0
+    return 2.0 * c * max(1.0 - m, 0.0)
+
+
 _SCALAR_FUNCTIONS = (
     "unpack_alpha",
     "pack_alpha",
@@ -203,6 +303,11 @@ _SCALAR_FUNCTIONS = (
     "row_dual_entropy",
     "row_terms",
     "row_gap",
+    "row_gap_of",
+    "row_step",
+    "row_terms_of",
+    "row_coef",
+    "alpha_at",
 )
 
 

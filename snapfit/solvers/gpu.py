@@ -73,6 +73,10 @@ row_update = _math.row_update
 row_terms = _math.row_terms
 unpack_alpha = _math.unpack_alpha
 alpha_at_margin = _math.alpha_at_margin
+row_step = _math.row_step
+row_terms_of = _math.row_terms_of
+row_coef = _math.row_coef
+alpha_at = _math.alpha_at
 
 
 @_device
@@ -219,7 +223,7 @@ def geometry(n, team):
 @cuda.jit
 def cd_pass(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, sqnorm, counts, alpha, w, rows, sigma, team, out,
+    c_pos, c_neg, bias, sqnorm, counts, alpha, w, rows, sigma, team, out, loss,
 ):  # fmt: skip
     """One pass of dual CD over ``rows`` of a chunk, updating ``alpha`` and ``w`` in place.
 
@@ -259,7 +263,7 @@ def cd_pass(
         q = 0.0
         if valid:
             q = sigma * (float(sqnorm[i]) + bias2 + theta * (over * scale + bias2))
-        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma)
+        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma, loss)
         gap += g
         ent += e
         if step != 0.0:
@@ -273,11 +277,12 @@ def cd_pass(
 
 
 @_device
-def row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma):
+def row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma, loss):
     """Lane 0 of a team runs THE scalar update of row ``i`` (curvature ``q``, margin
-    ``y_i dot``), writes ``alpha[i]`` and leaves the step ``sigma delta y_i`` in
-    ``steps[slot]`` for the team; returns ``(step, gap term, entropy term)`` (the terms on lane
-    0 only). Every thread of the block calls it: it holds a barrier."""
+    ``y_i dot``, loss code ``loss``), writes ``alpha[i]`` and leaves the step ``sigma delta
+    y_i`` (``sigma delta`` for the squared loss) in ``steps[slot]`` for the team; returns
+    ``(step, gap term, entropy term)`` (the terms on lane 0 only). Every thread of the block
+    calls it: it holds a barrier."""
     g = 0.0
     e = 0.0
     if lane == 0:
@@ -285,9 +290,9 @@ def row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma):
         if c > 0.0:
             yi = float(y[i])
             # Gap term before the update, entropy after it: see cpu.cd_pass.
-            s_new, delta, g, e = row_update(q, yi * dot, alpha[i], c)
+            s_new, move, g, e = row_step(q, dot, yi, alpha[i], c, loss)
             alpha[i] = s_new
-            step = sigma * delta * yi
+            step = sigma * move
         steps[slot] = step
     cuda.syncthreads()
     return steps[slot], g, e
@@ -349,7 +354,7 @@ def cd_pass_hot(
         q = 0.0
         if valid:
             q = curv[i]
-        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, 1.0)
+        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, 1.0, dual.LOGISTIC)
         gap += g
         ent += e
         if step != 0.0:
@@ -381,7 +386,7 @@ def column_counts(indptr, indices, rows, team, counts):
 @cuda.jit
 def chunk_objective(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, alpha, w, row_lo, row_hi, team, out,
+    c_pos, c_neg, bias, alpha, w, row_lo, row_hi, team, out, loss,
 ):  # fmt: skip
     """Exact ``(loss, entropy, gap)`` sums of rows ``[row_lo, row_hi)`` added into ``out[0:3]``.
 
@@ -391,7 +396,7 @@ def chunk_objective(
     sh = cuda.shared.array(MAX_BLOCK, float64)
     d = w.shape[0] - 1
     lane, slot, first, stride, n_iter = geometry(row_hi - row_lo, team)
-    loss = 0.0
+    total = 0.0
     ent = 0.0
     gap = 0.0
     for it in range(n_iter):
@@ -403,12 +408,12 @@ def chunk_objective(
             x += w[d] * bias
         dot = team_sum(sh, team, x)
         if lane == 0 and c > 0.0:
-            li, ei, gi = row_terms(float(y[i]) * dot, alpha[i], c)
-            loss += li
+            li, ei, gi = row_terms_of(dot, float(y[i]), alpha[i], c, loss)
+            total += li
             ent += ei
             gap += gi
     if lane == 0:
-        cuda.atomic.add(out, 0, loss)
+        cuda.atomic.add(out, 0, total)
         cuda.atomic.add(out, 1, ent)
         cuda.atomic.add(out, 2, gap)
 
@@ -416,7 +421,7 @@ def chunk_objective(
 @cuda.jit
 def warm_start(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, w0, from_margins, alpha, w, team,
+    c_pos, c_neg, bias, w0, from_margins, alpha, w, team, loss,
 ):  # fmt: skip
     """``w += sum_i a_i y_i x_i`` over the chunk (``cpu.accumulate_w``), after setting each
     ``alpha_i`` from its margin at ``w0`` (``cpu.alpha_from_margins``) when ``from_margins``.
@@ -442,9 +447,8 @@ def warm_start(
             yi = float(y[i])
             s = alpha[i]
             if from_margins:
-                s = alpha_at_margin(yi * dot, c)
-            a, _ = unpack_alpha(s, c)
-            step = a * yi
+                s = alpha_at(dot, yi, c, loss)
+            step = row_coef(s, c, yi, loss)
             if lane == 0:
                 alpha[i] = s
                 if bias != 0.0:
@@ -567,15 +571,16 @@ def ptx_signatures():
         sigs.setdefault("cd_pass", []).append(
             chunk
             + (t.float64, t.float64, t.float64, f32, i32, f64, f64, i32, t.float64, t.int64, f64)
+            + (t.int64,)
         )
         sigs.setdefault("cd_pass_hot", []).append(
             chunk + (t.float64,) * 3 + (f64, i64, f64, f64, f64, i32, t.int64, f64)
         )
         sigs.setdefault("chunk_objective", []).append(
-            chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64)
+            chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64, t.int64)
         )
         sigs.setdefault("warm_start", []).append(
-            chunk + (t.float64,) * 3 + (f64, t.boolean, f64, f64, t.int64)
+            chunk + (t.float64,) * 3 + (f64, t.boolean, f64, f64, t.int64, t.int64)
         )
         sigs.setdefault("decision_function", []).append(
             (i64, i32, vals, t.boolean, f64, t.float64, t.int64, f64)

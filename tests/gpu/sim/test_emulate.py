@@ -37,7 +37,7 @@ def _kernel_passes(args, sq, orders, block, team, bias, c, sigma, d):
         out = cuda.to_device(np.zeros(2))
         kernels.cd_pass[1, block](
             *dev, c, 0.7 * c, bias, cuda.to_device(sq), counts, alpha, w, d_rows, sigma, team,
-            out,
+            out, 0,
         )  # fmt: skip
         sums.append(out.copy_to_host())
     return alpha.copy_to_host(), w.copy_to_host(), np.array(sums)

@@ -110,7 +110,7 @@ def test_without_hot_columns_it_is_cd_pass_with_the_same_curvature():
             counts = cuda.to_device(counts)
             kernels.cd_pass[1, BLOCK](
                 *d_args, 0.5, 0.5, 1.0, cuda.to_device(sq), counts, d_alpha, d_w,
-                cuda.to_device(rows), 1.0, TEAM, out,
+                cuda.to_device(rows), 1.0, TEAM, out, 0,
             )  # fmt: skip
         results.append([a.copy_to_host() for a in (d_alpha, d_w, out)])
     for got, want in zip(*results, strict=True):
