@@ -94,6 +94,15 @@ CHUNK_ROWS = click.option(
     metavar="N",
     help="Rows per chunk when the data is cut in memory.",
 )
+
+
+def out_option(metavar: str, help: str):
+    """A command's ``--out``: the file it writes (through a temporary name, then renamed)."""
+    return click.option(
+        "--out", type=click.Path(dir_okay=False), required=True, metavar=metavar, help=help
+    )
+
+
 FORCE = click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
 
 

@@ -25,6 +25,7 @@ from snapfit.cli.args import (
     N_JOBS,
     PathOrURL,
     memory_budget_option,
+    out_option,
 )
 from snapfit.cli.format import (
     Progress,
@@ -132,13 +133,7 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     show_default=True,
     help="What --validation is scored by (log loss: lower is better; AUC: higher).",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    required=True,
-    metavar="MODEL",
-    help="Model file to write (.npz; read by snapfit.load and the other commands).",
-)
+@out_option("MODEL", "Model file to write (.npz; read by snapfit.load and the other commands).")
 @click.option(
     "--C",
     "C",
@@ -352,13 +347,7 @@ def train(
 @click.command()
 @MODEL
 @DATA
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    required=True,
-    metavar="PRED",
-    help="Parquet file to write: 'probability' per row, in DATA's row order.",
-)
+@out_option("PRED", "Parquet file to write: 'probability' per row, in DATA's row order.")
 @click.option("--labels", is_flag=True, help="Also write 'predicted_label' (0/1, threshold 0.5).")
 @click.option(
     "--id-column",
@@ -437,13 +426,7 @@ def evaluate(model, data, memory_budget, auc_tol, json_path):
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False), metavar="MODEL_OR_JSON")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    required=True,
-    metavar="IMAGE",
-    help="Image to write: .png, .svg or .pdf.",
-)
+@out_option("IMAGE", "Image to write: .png, .svg or .pdf.")
 @click.option("--title", default=None, help="Figure title (default: the input's file name).")
 @FORCE
 def report(source, out, title, force):

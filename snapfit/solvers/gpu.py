@@ -183,6 +183,18 @@ def row_span(i, valid, indptr, y, weight, has_weight, c_pos, c_neg):
 
 
 @_device
+def entries(i, n, indptr):
+    """Row ``i``'s entries ``[lo, hi)`` in a kernel that walks rows in order; ``(0, 0)`` past
+    the last row (a team without a row, still looping for the block's barriers)."""
+    lo = 0
+    hi = 0
+    if i < n:
+        lo = indptr[i]
+        hi = indptr[i + 1]
+    return lo, hi
+
+
+@_device
 def pass_row(p, rows, indptr, y, weight, has_weight, c_pos, c_neg):
     """Row ``rows[p]`` of a pass: ``(valid, i, C_i, lo, hi)`` as ``row_span`` gives them. A
     ``p`` past the pass's end is not ``valid`` (a team without a row, still looping for the
@@ -465,11 +477,7 @@ def decision_function(indptr, indices, values, has_values, coef, intercept, team
     lane, slot, first, stride, n_iter = geometry(n, team)
     for it in range(n_iter):
         i = first + it * stride
-        lo = 0
-        hi = 0
-        if i < n:
-            lo = indptr[i]
-            hi = indptr[i + 1]
+        lo, hi = entries(i, n, indptr)
         s = team_sum(sh, team, partial_dot(lo, hi, lane, team, indices, values, has_values, coef))
         if lane == 0 and i < n:
             out[i] = s + intercept
@@ -488,11 +496,7 @@ def row_sqnorms(indptr, indices, values, has_values, team, out):
     lane, slot, first, stride, n_iter = geometry(n, team)
     for it in range(n_iter):
         i = first + it * stride
-        lo = 0
-        hi = 0
-        if i < n:
-            lo = indptr[i]
-            hi = indptr[i + 1]
+        lo, hi = entries(i, n, indptr)
         s = 0.0
         for k in range(lo + lane, hi, team):
             j = indices[k]
