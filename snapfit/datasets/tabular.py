@@ -317,15 +317,10 @@ def convert_table(
     output,
     *,
     label: str | None,
-    weight: str | None = None,
-    categorical=None,
-    numeric=None,
-    crosses=(),
-    numeric_transform: str = "log1p",
-    hash_bits: int = 20,
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     force: bool = False,
     delimiter: str | None = None,
+    **columns,
 ) -> ConvertReport:
     """Hash the named columns of a Parquet dataset or a CSV file into a snapfit Parquet file.
 
@@ -339,6 +334,8 @@ def convert_table(
     label : str or None
         Label column: 0/1, -1/+1 or booleans (or their text); written as int8 0/1. None writes
         an unlabelled file (data to score).
+    weight, categorical, numeric, crosses, numeric_transform, hash_bits
+        ``feature_map``'s keywords (``**columns``), passed on as given:
     weight : str, optional
         Sample-weight column (numbers >= 0).
     categorical, numeric : list of str, optional
@@ -369,17 +366,7 @@ def convert_table(
     """
     table = open_table(input, delimiter)
     src = os.fspath(input) if not isinstance(input, (list, tuple)) else os.fspath(input[0])
-    fmap = feature_map(
-        src,
-        table.types,
-        label=label,
-        weight=weight,
-        categorical=categorical,
-        numeric=numeric,
-        crosses=crosses,
-        numeric_transform=numeric_transform,
-        hash_bits=hash_bits,
-    )
+    fmap = feature_map(src, table.types, label=label, **columns)
     out = check_output(output, table.files, force=force)
     hasher = _Hasher(fmap)
     rows = max(1024, min(1 << 16, _CELLS_PER_BATCH // max(hasher.n_fields, 1)))
@@ -391,7 +378,7 @@ def convert_table(
             n_features=1 << fmap.hash_bits,
             has_labels=label is not None,
             has_values=bool(fmap.numeric),
-            has_weight=weight is not None,
+            has_weight=columns.get("weight") is not None,
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
