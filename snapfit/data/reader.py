@@ -245,6 +245,7 @@ class Dataset(ChunkedDataset):
 
     def _plan(self, n_features, require_labels):
         chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
+        stored = []  # each row group's compressed bytes (the stream's plan reads them here)
         self.metadata: dict[str, object] = {}
         for file in self.files:
             pf = _open(file)
@@ -269,9 +270,13 @@ class Dataset(ChunkedDataset):
                 label_files.append(file)
             nnz = _row_group_nnz(file, pf.metadata, kv)
             for g in range(pf.metadata.num_row_groups):
-                rows = pf.metadata.row_group(g).num_rows
-                chunks.append(ChunkRef(file, g, rows, nnz[g]))
+                rg = pf.metadata.row_group(g)
+                chunks.append(ChunkRef(file, g, rg.num_rows, nnz[g]))
+                sizes = (rg.column(c).total_compressed_size for c in range(rg.num_columns))
+                stored.append(sum(sizes))
         self._columns = columns
+        #: Compressed bytes of each row group, in ``chunks`` order, from the one footer read.
+        self.stored_nbytes = tuple(stored)
         if 0 < len(label_files) < len(self.files):
             bad = next(f for f in self.files if f not in label_files)
             raise DataError(
@@ -313,6 +318,7 @@ class Dataset(ChunkedDataset):
         part's share, whose sources can read nothing else. Footers are not read again."""
         view = copy.copy(self)
         view.chunks = [self.chunks[k] for k in ids]
+        view.stored_nbytes = tuple(self.stored_nbytes[k] for k in ids)
         used = {ref.file for ref in view.chunks}
         view.files = [f for f in self.files if f in used]
         view._local = threading.local()
@@ -389,6 +395,10 @@ class Dataset(ChunkedDataset):
     def has_values_in(self, file: str) -> bool:
         """Whether ``file`` stores a ``values`` column (without it every value is 1)."""
         return VALUES in self._columns[file]
+
+    def has_weight_in(self, file: str) -> bool:
+        """Whether ``file`` stores a ``weight`` column (without it every weight is 1)."""
+        return WEIGHT in self._columns[file]
 
     def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
         """(negatives, positives) over chunks ``ids``, reading only the label column."""

@@ -71,24 +71,36 @@ class DataStats:
         files = list(getattr(dataset, "files", None) or [])
         if not files:
             return cls(int(dataset.n_features), rows, nnz, on_files=False)
-        has_values = has_weight = False
-        meta = {}
-        for f in files:
-            pf = parquet_file(f)
-            names = pf.schema_arrow.names
-            has_values |= VALUES in names
-            has_weight |= WEIGHT in names
-            meta[f] = pf.metadata
-        stored = []
-        for r in refs:
-            rg = meta[r.file].row_group(r.row_group)
-            stored.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
+        stored = getattr(dataset, "stored_nbytes", None)
+        if stored is not None and len(stored) == len(refs):  # the Dataset read the footers
+            has_values = any(dataset.has_values_in(f) for f in files)
+            has_weight = any(dataset.has_weight_in(f) for f in files)
+        else:
+            has_values, has_weight, stored = _footers(files, refs)
         stats = cls(int(dataset.n_features), rows, nnz, has_values, has_weight, tuple(stored),
                     sample_piece_rows=int(piece_rows))  # fmt: skip
         if not sample:
             return stats
         share, ratio = _sample(dataset, stats, int(piece_rows), id_bound or dataset.n_features)
         return replace(stats, valued_share=share, lz4_ratio=ratio)
+
+
+def _footers(files, refs) -> tuple[bool, bool, list[int]]:
+    """``(has values, has weights, compressed bytes per row group)`` from the files' footers,
+    for a dataset that did not keep them."""
+    has_values = has_weight = False
+    meta = {}
+    for f in files:
+        pf = parquet_file(f)
+        names = pf.schema_arrow.names
+        has_values |= VALUES in names
+        has_weight |= WEIGHT in names
+        meta[f] = pf.metadata
+    stored = []
+    for r in refs:
+        rg = meta[r.file].row_group(r.row_group)
+        stored.append(sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)))
+    return has_values, has_weight, stored
 
 
 def _sample(dataset, stats: DataStats, piece_rows: int, id_bound: int) -> tuple[float, float]:
