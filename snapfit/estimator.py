@@ -672,7 +672,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         def one(coef, intercept, classes):
             sk = SkLR(C=self.C, fit_intercept=self.fit_intercept, solver="liblinear",
-                      intercept_scaling=self.intercept_scaling, class_weight=self.class_weight)  # fmt: skip
+                      intercept_scaling=self.intercept_scaling,
+                      class_weight=self.class_weight)  # fmt: skip
             sk.coef_, sk.intercept_, sk.classes_ = coef.copy(), intercept.copy(), classes.copy()
             sk.n_features_in_ = self.n_features_in_
             sk.n_iter_ = self.n_iter_.copy()
