@@ -44,7 +44,7 @@ def chunk_scores(coef: np.ndarray, intercept: float, chunk) -> np.ndarray:
 def iter_scores(model, data: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``(scores, y, weight)`` per chunk of ``data`` (``y`` in {-1, +1}; zeros if unlabelled)."""
     coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    intercept = float(np.ravel(model.intercept_)[0])
     with progress.bar("score", total=data.n_rows) as bar:
         for chunk in data.iter_chunks():
             yield chunk_scores(coef, intercept, chunk), chunk.y, chunk.weight
