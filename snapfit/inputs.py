@@ -110,16 +110,17 @@ def rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
     return h.hexdigest()
 
 
-def as_dataset(X, *, require_labels: bool = True):
-    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
+def as_dataset(X, *, require_labels: bool = True, targets: str = "auto"):
+    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables;
+    ``targets``: how chunks carry the labels (``Dataset``'s: "class", "real" or "auto")."""
     if isinstance(X, (str, os.PathLike)) or (
         isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
     ):
-        return Dataset(X, require_labels=require_labels)
+        return Dataset(X, require_labels=require_labels, targets=targets)
     import pyarrow as pa
 
     if isinstance(X, pa.Table):
-        return TableDataset(X)
+        return TableDataset(X, targets=targets)
     return None
 
 

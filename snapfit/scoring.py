@@ -34,10 +34,11 @@ def check_map(model, data) -> None:
 def model_weights(model) -> tuple[np.ndarray, np.ndarray | float]:
     """A fitted model's ``(coef, intercept)`` as ``chunk_scores`` takes them: a vector and a
     number for one problem, ``(K, d)`` and ``(K,)`` for one-vs-rest over K classes."""
-    coef = np.ascontiguousarray(model.coef_, dtype=np.float64)
+    coef = np.atleast_2d(np.ascontiguousarray(model.coef_, dtype=np.float64))
+    intercept = np.ravel(model.intercept_).astype(np.float64)  # a Ridge's is a number
     if coef.shape[0] == 1:
-        return coef.ravel(), float(model.intercept_[0])
-    return coef, np.asarray(model.intercept_, dtype=np.float64)
+        return coef.ravel(), float(intercept[0])
+    return coef, intercept
 
 
 def chunk_scores(coef: np.ndarray, intercept, chunk) -> np.ndarray:

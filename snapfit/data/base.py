@@ -22,6 +22,11 @@ class ChunkedDataset(ABC):
     n_features: int
     has_labels: bool
     files: Sequence[str] = ()
+    #: How chunks carry labels ("class": ±1; "real": float32 targets) and what the data's
+    #: labels are ("class", "real", None when unlabelled; ``target_note`` says why).
+    targets: str = "class"
+    target_kind: str | None = None
+    target_note: str = ""
 
     @property
     def n_rows(self) -> int:
