@@ -25,6 +25,8 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
+from snapfit.data.validate import check_class_labels
+from snapfit.errors import DataError
 from snapfit.engine.source import InMemorySource
 from snapfit.inputs import (
     as_dataset,
@@ -402,12 +404,39 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "Parquet input carries its labels and weights in its 'label' and 'weight' "
                 "columns; call fit(path) without y and sample_weight."
             )
+        self.n_features_in_ = dataset.n_features
+        classes = self._more_classes(dataset)
+        if classes is not None:  # one-vs-rest: labels read as class indices, K duals per row
+            dataset = dataset.with_classes(classes[0])
+            self.classes_ = classes[0]
+            source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
+                                  devices=devices, chunk_rows=self.chunk_rows, seed=seed,
+                                  width=len(classes[0]))  # fmt: skip
+            return source, classes[1]
         check_two_classes(dataset)
         self.classes_ = np.array([0, 1])
-        self.n_features_in_ = dataset.n_features
         source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
                               devices=devices, chunk_rows=self.chunk_rows, seed=seed)  # fmt: skip
         return source, dataset.label_counts()
+
+    @staticmethod
+    def _more_classes(dataset):
+        """``(classes, rows of each)`` when the data's labels are more than two classes (whole
+        numbers), None for two (0/1 or ±1: the footers' statistics say so without a read).
+        Labels that are not whole numbers are a regressor's targets: refused in one line."""
+        if not dataset.has_labels or dataset.target_kind != "real":
+            return None
+        if "snapfit.target = real" in dataset.target_note:  # written as a regressor's targets
+            check_class_labels(dataset)
+        values, counts = dataset.label_values()
+        if not np.array_equal(values, np.round(values)):
+            check_class_labels(dataset)
+        if len(values) < 3:
+            raise DataError(
+                f"{dataset.source}: labels {values.tolist()} are two classes; write them as 0/1 "
+                "or -1/+1."
+            )
+        return values.astype(np.int64), counts
 
     # -- what both doors (this one and the Dask one) share ---------------------------------
     def _seed(self) -> int:

@@ -16,8 +16,13 @@ from sklearn.svm import LinearSVC as SkSVC
 import snapfit
 from snapfit import estimator as estimator_io
 from snapfit import svm
+from snapfit.data import Dataset, write_parquet
 from snapfit.datasets.criteo_like import make_criteo_like
 from snapfit.engine.source import InMemorySource
+from snapfit.errors import DataError
+from snapfit.stream import decode as decode_mod
+from snapfit.stream.plan import resident_peak_nbytes
+from snapfit.stream.stats import DataStats
 
 
 def wine():
@@ -201,3 +206,61 @@ def test_criteo_like_rows_reach_the_binary_fits_optimum():
     icpt = np.concatenate([one.intercept_ for one in ones])
     p_ref = ovr_primal(X, y, coef, icpt, C, "squared_hinge")
     assert ovr_primal(X, y, est.coef_, est.intercept_, C, "squared_hinge") <= p_ref * (1 + 1e-6)
+
+
+def three_class_parquet(tmp_path, n=20_000):
+    X, y01 = make_criteo_like(n, seed=3, hash_bits=12)
+    rng = np.random.default_rng(0)
+    y = np.where(y01 == 1, 7, rng.choice([-2, 3], len(y01)))  # three classes, any whole numbers
+    path = write_parquet(tmp_path / "three.parquet", X, y, row_group_rows=1000, targets="classes")
+    return path, X, y
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_streamed_parquet_under_a_third_of_its_size_reaches_the_in_memory_optimum(tmp_path, n_jobs):
+    path, X, y = three_class_parquet(tmp_path)
+    kw = dict(C=0.01, tol=1e-8, max_iter=3000, random_state=0, n_jobs=n_jobs)
+    ref = snapfit.LinearSVC(**kw).fit(X, y)
+    peak = resident_peak_nbytes(DataStats.read(Dataset(path), sample=False), n_jobs, width=3)
+    budget = int(peak / 3) - 1
+    est = snapfit.LinearSVC(memory_budget=budget, **kw).fit(path)
+    assert est.streamed_
+    assert est.classes_.tolist() == [-2, 3, 7]
+    p_ref = ovr_primal(X, y, ref.coef_, ref.intercept_, 0.01, "squared_hinge")
+    p = ovr_primal(X, y, est.coef_, est.intercept_, 0.01, "squared_hinge")
+    assert abs(p - p_ref) <= 1e-6 * p_ref
+    np.testing.assert_array_equal(est.predict(path), est.predict(X))
+
+
+def test_parquet_decoded_every_epoch_reads_each_row_group_once_per_epoch(tmp_path, monkeypatch):
+    path, X, y = three_class_parquet(tmp_path, n=6000)
+    binary = write_parquet(tmp_path / "two.parquet", X, y == 7, row_group_rows=1000)
+    monkeypatch.setenv("SNAPFIT_STREAM", "parquet")
+    reads = []
+    original = decode_mod.decode_table
+
+    def counted(*args, **kw):
+        reads.append(1)
+        return original(*args, **kw)
+
+    monkeypatch.setattr(decode_mod, "decode_table", counted)
+    kw = dict(C=0.1, tol=0.0, max_iter=4, random_state=0, memory_budget=3_000_000)
+    quiet_fit(snapfit.LinearSVC(**kw), path, None)
+    multi = len(reads)
+    reads.clear()
+    quiet_fit(snapfit.LinearSVC(**kw), binary, None)
+    assert multi == len(reads) > 0
+    assert multi <= (4 + 3) * 6  # each of the 6 row groups once a pass: ingest, epochs, checks
+
+
+def test_parquet_labels_errors(tmp_path):
+    X, _ = make_criteo_like(600, seed=1, hash_bits=12)
+    y = np.tile([0.0, 1.5, 3.0], 200)
+    path = write_parquet(tmp_path / "real.parquet", X, y, targets="real")
+    with pytest.raises(DataError, match="real-valued targets"):
+        snapfit.LinearSVC().fit(path)
+    two = write_parquet(tmp_path / "two.parquet", X, np.tile([1, 2], 300), targets="classes")
+    with pytest.raises(DataError, match="two classes; write them as 0/1"):
+        snapfit.LinearSVC().fit(two)
+    with pytest.raises(DataError, match="not a whole number"):
+        write_parquet(tmp_path / "bad.parquet", X, y, targets="classes")

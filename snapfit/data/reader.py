@@ -181,9 +181,11 @@ def decode_table(
     where: v.Where,
     validate: bool = True,
     targets: str = "class",
+    classes: np.ndarray | None = None,
 ) -> Chunk:
     """One row group's table -> a :class:`Chunk` (offsets rebased to 0 as int64 indptr);
-    ``targets="real"`` keeps the labels as float32 targets, "class" maps them to ±1."""
+    ``targets="real"`` keeps the labels as float32 targets, "class" maps them to ±1, "index"
+    to their index in ``classes`` (one-vs-rest over more than two classes)."""
     offsets, indices = _flat(_column(table, INDICES), INDICES, where)
     indptr = offsets.astype(np.int64)
     indptr -= indptr[0]
@@ -197,6 +199,8 @@ def decode_table(
         weight = _scalar_column(table, WEIGHT, where).astype(np.float32, copy=False)
     if has_labels and targets == "real":
         y = v.real_targets(_scalar_column(table, LABEL, where), where)
+    elif has_labels and targets == "index":
+        y = v.class_codes(_scalar_column(table, LABEL, where), where, classes)
     elif has_labels:
         y = v.labels_to_pm1(_scalar_column(table, LABEL, where), where)
     else:
@@ -206,6 +210,20 @@ def decode_table(
         v.check_values(indptr, values, where)
         v.check_weight(weight, where)
     return Chunk(indptr, indices, values, y, weight)
+
+
+def merge_counts(values, counts, labels) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, counts)`` of ``np.unique`` over labels seen so far, plus ``labels``."""
+    if np.asarray(labels).dtype.kind not in "iuf":
+        raise DataError(
+            f"column 'label' has type {np.asarray(labels).dtype}; class labels must be numbers "
+            "(int8, int32 or float32), re-convert the labels."
+        )
+    new, n = np.unique(labels, return_counts=True)
+    both = np.concatenate([values, new.astype(np.float64)])
+    keys, inverse = np.unique(both, return_inverse=True)
+    total = np.bincount(inverse, weights=np.concatenate([counts, n]), minlength=len(keys))
+    return keys, total.astype(np.int64)
 
 
 def _label_kind(schema: pa.Schema, md: pq.FileMetaData, kv: dict) -> tuple[str | None, str]:
@@ -425,6 +443,7 @@ class Dataset(ChunkedDataset):
             where=where,
             validate=self.validate,
             targets=self.targets,
+            classes=self.classes,
         )
         if chunk.nnz != ref.nnz or chunk.n_rows != ref.n_rows:
             raise DataError(
@@ -458,6 +477,18 @@ class Dataset(ChunkedDataset):
     def has_weight_in(self, file: str) -> bool:
         """Whether ``file`` stores a ``weight`` column (without it every weight is 1)."""
         return WEIGHT in self._columns[file]
+
+    def label_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct labels, sorted, and the rows of each, reading only the label column
+        (the classes of a multiclass fit)."""
+        values, counts = np.zeros(0), np.zeros(0, np.int64)
+        for ref in self.chunks:
+            table = self._pf(ref.file).read_row_group(
+                ref.row_group, columns=[LABEL], use_threads=False
+            )
+            where = v.row_group_where(ref.file, ref.row_group)
+            values, counts = merge_counts(values, counts, _scalar_column(table, LABEL, where))
+        return values, counts
 
     def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
         """(negatives, positives) over chunks ``ids``, reading only the label column."""

@@ -8,7 +8,7 @@ import pyarrow as pa
 from snapfit.data import validate as v
 from snapfit.data.base import ChunkedDataset
 from snapfit.data.chunk import Chunk
-from snapfit.data.reader import ChunkRef, _check_schema, decode_table
+from snapfit.data.reader import ChunkRef, _check_schema, decode_table, merge_counts
 from snapfit.data.schema import LABEL, decode_metadata
 from snapfit.errors import DataError
 
@@ -44,11 +44,25 @@ class TableDataset(ChunkedDataset):
             n_features = int(probe.indices.max()) + 1 if len(probe.indices) else 1
         self.n_features = int(n_features)
         self.metadata = meta
+        self._table = table
         self._chunk = decode_table(
             table, n_features=self.n_features, has_labels=self.has_labels, where=where,
             targets=self.targets,
         )  # fmt: skip
         self.chunks = [ChunkRef(TABLE, 0, self._chunk.n_rows, self._chunk.nnz)]
+
+    def with_classes(self, classes) -> TableDataset:
+        out = super().with_classes(classes)
+        out._chunk = decode_table(
+            self._table, n_features=self.n_features, has_labels=self.has_labels,
+            where=v.row_group_where(TABLE, 0), targets="index", classes=out.classes,
+        )  # fmt: skip
+        return out
+
+    def label_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct labels, sorted, and the rows of each."""
+        y = self._table.column(LABEL).to_numpy(zero_copy_only=False)
+        return merge_counts(np.zeros(0), np.zeros(0, np.int64), y)
 
     def read_chunk(self, k: int) -> Chunk:
         if k != 0:

@@ -118,6 +118,27 @@ def real_targets(targets: np.ndarray, where: Where, column: str = "label") -> np
     return out
 
 
+def class_codes(labels: np.ndarray, where: Where, classes: np.ndarray,
+                column: str = "label") -> np.ndarray:  # fmt: skip
+    """Class labels as their index in the sorted ``classes`` (float32): one-vs-rest's codes."""
+    lab = np.asarray(labels)
+    if lab.dtype.kind not in "iuf":
+        raise DataError(
+            f"{where(0)}: column '{column}' has type {lab.dtype}; class labels must be numbers "
+            "(int8, int32 or float32), re-convert the labels."
+        )
+    idx = np.searchsorted(classes, lab)
+    found = classes[np.minimum(idx, len(classes) - 1)] == lab
+    if not found.all():
+        row = int(np.flatnonzero(~found)[0])
+        raise DataError(
+            f"{where(row)}: column '{column}' holds {lab[row].item()}, not one of the classes "
+            f"{classes.tolist()} the labels held when the fit began; fix the row or re-read "
+            "the files."
+        )
+    return idx.astype(np.float32)
+
+
 def check_class_labels(data, *, name: str | None = None) -> None:
     """Refuse, before any work, a dataset whose labels are real-valued targets (its metadata or
     its label column's statistics say so): a classifier would fail on its first row."""

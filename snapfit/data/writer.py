@@ -360,9 +360,10 @@ def write_parquet(
         Stored as ``snapfit.<key>`` metadata; ``source`` defaults to ``"arrays"``.
     force : bool
         Overwrite an existing file.
-    targets : {"class", "real"}
+    targets : {"class", "real", "classes"}
         "real": ``y`` holds regression targets, stored as float32 with ``snapfit.target``
-        metadata "real" (for ``snapfit.Ridge``); "class": labels 0/1 or ±1.
+        metadata "real" (for ``snapfit.Ridge``); "class": labels 0/1 or ±1; "classes": any
+        whole-number labels, stored as int32 as given (more than two classes: one-vs-rest).
 
     Returns
     -------
@@ -372,16 +373,22 @@ def write_parquet(
     from snapfit.data.memory import csr_arrays
     from snapfit.data.validate import real_targets
 
-    if targets not in ("class", "real"):
-        raise ValueError(f"targets is {targets!r}; choose 'class' or 'real'.")
+    if targets not in ("class", "real", "classes"):
+        raise ValueError(f"targets is {targets!r}; choose 'class', 'real' or 'classes'.")
     out = check_output(path, force=force)
-    real = y is not None and targets == "real"
+    real = y is not None and targets in ("real", "classes")
     indptr, indices, values, _, weight, n_features = csr_arrays(
         X, None if real else y, weight, n_features=n_features
     )
     labels = None
     if real:
         labels = real_targets(np.asarray(y).ravel(), lambda row: f"y, row {row}", column="y")
+        if targets == "classes":
+            if not np.array_equal(labels, np.round(labels)):
+                row = int(np.flatnonzero(labels != np.round(labels))[0])
+                raise DataError(f"y, row {row}: {labels[row]} is not a whole number; class "
+                                "labels are integers.")  # fmt: skip
+            labels = labels.astype(np.int32)
         if len(labels) != len(indptr) - 1:
             raise DataError(
                 f"y has {len(labels)} targets but X has {len(indptr) - 1} rows; pass one per row."
@@ -389,7 +396,7 @@ def write_parquet(
     elif y is not None:
         labels = np.asarray(y).ravel().astype(np.int8)
     prov = {"source": "arrays", "transform": "none", **(provenance or {})}
-    if real:
+    if real and targets == "real":
         prov["target"] = "real"
     with atomic_output(out) as tmp:
         writer = ChunkWriter(
@@ -398,7 +405,7 @@ def write_parquet(
             has_labels=labels is not None,
             has_values=values is not None,
             has_weight=weight is not None,
-            label_type=pa.float32() if real else None,
+            label_type=(pa.float32() if targets == "real" else pa.int32()) if real else None,
             row_group_rows=row_group_rows,
             provenance=prov,
             parquet_options=parquet_options,
