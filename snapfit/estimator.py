@@ -26,8 +26,8 @@ from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
 from snapfit.data.validate import check_class_labels
-from snapfit.errors import DataError
 from snapfit.engine.source import InMemorySource
+from snapfit.errors import DataError
 from snapfit.inputs import (
     as_dataset,
     class_bounds,

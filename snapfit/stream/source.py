@@ -373,8 +373,10 @@ class StreamSource(ChunkSource):
         """Dual variables per piece (in a file when the plan says spill); norms come with the
         chunks, so the state hands out the live chunk's arrays. ``width`` is the plan's."""
         if width != self.stream_plan.width:
-            raise ValueError(f"the stream was planned for {self.stream_plan.width} dual "
-                             f"variables per row, not {width}; plan it with width={width}.")  # fmt: skip
+            raise ValueError(
+                f"the stream was planned for {self.stream_plan.width} dual variables per row, "
+                f"not {width}; plan it with width={width}."
+            )
         state = _PieceState(self, [int(r) for r in self.pieces.rows],
                             spill_dir=self.cache_dir if self.plan.spill_dual else None,
                             width=width)  # fmt: skip
