@@ -391,6 +391,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         interop = _interop()
         y = interop.to_host(y)
         self.classes_, y_pm = class_labels(y)
+        if len(self.classes_) > 2:
+            raise ValueError(
+                f"y has {len(self.classes_)} classes: one-vs-rest trains from host arrays or "
+                "Parquet (on GPUs too); copy X to the host (e.g. X.get())."
+            )
         weight = None
         if sample_weight is not None:
             weight = interop.to_host(sample_weight).astype(np.float32)

@@ -205,11 +205,6 @@ def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Tra
             )
         devices = replace(devices, n_cpu=0)
     if problem.n_classes > 1:
-        if devices.gpu_ids:
-            raise ValueError(
-                f"one-vs-rest over {problem.n_classes} classes trains on CPU threads for now; "
-                "use device='cpu', or fit one binary model per class on the GPU."
-            )
         # the K problems' blocks of w have no hot slots: the threads are CoCoA+ units
         devices = replace(devices, share_cpu=False)
     state = source.make_state(width=problem.n_classes)

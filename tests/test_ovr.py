@@ -180,19 +180,6 @@ def test_validation_with_more_than_two_classes_is_refused():
         snapfit.LogisticRegression().fit(X, y, validation=(X, y))
 
 
-def test_gpu_refuses_one_vs_rest_in_one_line(monkeypatch):
-    from snapfit import train as train_mod
-    from snapfit.engine import Problem
-    from snapfit.engine.trainer import Devices
-    from snapfit.inputs import csr_chunks
-
-    X, y = load_iris(return_X_y=True)
-    source = InMemorySource(csr_chunks(sp.csr_matrix(X), y.astype(np.float32), None, None), 4)
-    problem = Problem(n_features=4, class_bounds=((1.0, 1.0),) * 3)
-    with pytest.raises(ValueError, match="trains on CPU threads"):
-        train_mod.make_trainer(source, problem, Devices(n_cpu=0, gpu_ids=(0,)))
-
-
 def test_criteo_like_rows_reach_the_binary_fits_optimum():
     X, y01 = make_criteo_like(2000, seed=3, hash_bits=16)
     C = 0.1

@@ -37,9 +37,12 @@ def _empty(dtype) -> object:
     return _EMPTY[dtype]
 
 
-def chunk_device_bytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:
-    """Device bytes of a chunk with its per-row state (sqnorm 4, alpha 8, order 4 bytes/row)."""
-    return 8 * (n_rows + 1) + nnz * (4 + 4 * has_values) + n_rows * (4 + 4 * has_weight + 16)
+def chunk_device_bytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool,
+                       width: int = 1) -> int:  # fmt: skip
+    """Device bytes of a chunk with its per-row state (sqnorm 4, alpha 8, order 4 bytes/row;
+    with ``width`` > 1, one-vs-rest's, alpha ``8 width`` and one problem's labels 4 more)."""
+    per_row = 4 + 4 * has_weight + 8 + 8 * width + (4 if width > 1 else 0)
+    return 8 * (n_rows + 1) + nnz * (4 + 4 * has_values) + n_rows * per_row
 
 
 def piece_device_bytes(n_rows, nnz, has_values: bool, has_weight: bool):
@@ -111,6 +114,14 @@ class DeviceChunk:
     rows: object
     n_rows: int = 0
     nnz: int = 0
+    #: one-vs-rest: the labels of the problem being run (``class_labels``), else None
+    labels: object | None = None
+
+    def alpha_of(self, k: int):
+        """Problem ``k``'s ``alpha`` (one-vs-rest keeps a block of capacity per problem; all
+        of it for one problem): the chunk's rows are its first entries."""
+        cap = self.y.shape[0]
+        return self.alpha[k * cap : (k + 1) * cap]
 
     def args(self) -> tuple:
         n, m = self.n_rows, self.nnz
@@ -127,8 +138,9 @@ class DeviceChunk:
         )
 
     @classmethod
-    def allocate(cls, n_rows: int, nnz: int, dtypes: dict, alloc) -> DeviceChunk:
-        """``alloc(n, dtype)`` gives a device array (the unit's backend, counted)."""
+    def allocate(cls, n_rows: int, nnz: int, dtypes: dict, alloc, width: int = 1) -> DeviceChunk:
+        """``alloc(n, dtype)`` gives a device array (the unit's backend, counted); ``width``
+        problems' ``alpha`` (one-vs-rest), each a block of ``n_rows``."""
 
         def arr(n, key):
             return alloc(max(n, 1), dtypes[key])
@@ -140,10 +152,11 @@ class DeviceChunk:
             arr(n_rows, "y"),
             arr(n_rows, "weight") if dtypes.get("weight") is not None else None,
             arr(n_rows, "sqnorm"),
-            arr(n_rows, "alpha"),
+            alloc(max(n_rows, 1) * width, dtypes["alpha"]),
             arr(n_rows, "rows"),
             n_rows,
             nnz,
+            arr(n_rows, "y") if width > 1 else None,
         )
 
     def fits(self, n_rows: int, nnz: int, dtypes: dict) -> bool:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from snapfit.engine.units import Unit, host_warm
+from snapfit.engine.units import Unit, host_kernels, host_warm
 from snapfit.engine.workers import item_span
 from snapfit.gpu.backend import Backend, backend_name, choose_backend
 from snapfit.gpu.data import (
@@ -119,6 +119,10 @@ class GpuUnit(Unit):
             raise ValueError(f"team must be a power of two <= block ({block or top}); got {team}.")
         self.device_id = int(device_id)
         self.p = problem
+        # One-vs-rest over K classes: the K problems' blocks of w, each problem run on a
+        # chunk by the binary kernels with its labels (``class_labels``) and its bounds.
+        self.K = problem.n_classes
+        self.bounds = list(zip(*host_kernels(problem).bounds, strict=True)) if self.K > 1 else []
         self.sigma = float(sigma)
         self.n_features = int(source.n_features)
         self.redeals = bool(source.redeals)
@@ -153,12 +157,12 @@ class GpuUnit(Unit):
             self.budget = 0.8 * self.backend.free_bytes()
         self.budget = float(self.budget)
         self.backend.set_limit(pool_limit(self.budget))
-        self.w = self._alloc(self.n_features + 1, np.float64)
+        self.w = self._alloc(self.K * (self.n_features + 1), np.float64)
         self.counts = self._alloc(max(self.n_features, 1), np.int32)
         self.slots = [Slot(alloc=self._pinned, copied=self.backend.event(),
                            done=self.backend.event()) for _ in range(self.n_slots)]  # fmt: skip
         self._next_slot = 0
-        self._host_sum = np.zeros(self.n_features + 1)
+        self._host_sum = np.zeros(self.K * (self.n_features + 1))
 
     def close(self) -> None:
         self.copy_stream.synchronize(self._what("closing: the copy stream"))
@@ -190,13 +194,14 @@ class GpuUnit(Unit):
 
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
-        """``w`` (float64) and the column counts of the safe step (int32)."""
-        return 8 * (self.n_features + 1) + 4 * max(self.n_features, 1)
+        """``w`` (float64, a block per problem) and the column counts of the safe step (int32)."""
+        return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1)
 
     def _nbytes(self, rows, nnz):
         """Device bytes of pieces of these sizes as this unit keeps them."""
-        size = piece_device_bytes if self.redeals else chunk_device_bytes
-        return size(rows, nnz, *self.flags)
+        if self.redeals:
+            return piece_device_bytes(rows, nnz, *self.flags)
+        return chunk_device_bytes(rows, nnz, *self.flags, self.K)
 
     def choose(self, gaps, sizes, largest, alpha_of) -> None:
         """Keep the pieces with the largest gap per byte that fit beside ``w`` and the slots.
@@ -243,8 +248,16 @@ class GpuUnit(Unit):
     def sync_alpha(self, alpha_of, only=None) -> None:
         for k in [k for k in self.on_device if only is None or k in only]:
             host = alpha_of(k)
-            self.backend.d2h(host, self.resident[k].alpha[: len(host)], self.compute_stream)
+            dc = self.resident[k]
+            if self.K == 1:
+                self.backend.d2h(host, dc.alpha[: len(host)], self.compute_stream)
+            else:  # the device keeps a block per problem, the host a row of K per row
+                blocks = np.empty((self.K, len(host)))
+                for c in range(self.K):
+                    self.backend.d2h(blocks[c], dc.alpha_of(c)[: len(host)], self.compute_stream)
             self.compute_stream.synchronize(self._what(f"chunk {k}'s alpha to the host"))
+            if self.K > 1:
+                host[:] = blocks.T
             self.on_device.discard(k)
 
     def drop_alpha(self) -> None:
@@ -281,18 +294,38 @@ class GpuUnit(Unit):
                 launch(kernels.column_counts, lp.blocks, lp.block, stream)(
                     args[0], args[1], order, lp.team, self.counts
                 )
-            launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
-                *args, p.c_pos, p.c_neg, p.bias, dc.sqnorm[:n], self.counts, dc.alpha[:n],
-                self.w, order, self.sigma, lp.team, self._result[item.seq], p.loss,
-            )  # fmt: skip
+            for (c_pos, c_neg), labels, alpha_c, w_c in self._problems(dc, p, args[4], lp):
+                launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
+                    *args[:4], labels, *args[5:], c_pos, c_neg, p.bias, dc.sqnorm[:n],
+                    self.counts, alpha_c[:n], w_c, order, self.sigma, lp.team,
+                    self._result[item.seq], p.loss,
+                )  # fmt: skip
         if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
             self.on_device.add(item.k)  # the device copy is now the current one
         else:
             self.on_device.discard(item.k)
-            out = s.staging("alpha_out", hi - lo, np.float64)
-            self.backend.d2h(out, dc.alpha[lo:hi], self.compute_stream)
+            m = hi - lo
+            out = s.staging("alpha_out", m * self.K, np.float64)
+            for c in range(self.K):
+                src = dc.alpha_of(c)[lo:hi]
+                self.backend.d2h(out[c * m : (c + 1) * m], src, self.compute_stream)
             s.writeback = (alpha, lo, hi)
         return self._enqueued(s, item, start)
+
+    def _problems(self, dc, p, y, lp: Launch):
+        """Per problem: ``(bounds, labels, alpha, w block)`` on the device. One
+        problem: the chunk's own. One-vs-rest: class ``c``'s labels are made in ``dc.labels``
+        by ``class_labels`` just before its kernel (on the same CUDA stream)."""
+        if self.K == 1:
+            yield (p.c_pos, p.c_neg), y, dc.alpha, self.w
+            return
+        n, d1 = dc.n_rows, self.n_features + 1
+        for c in range(self.K):
+            self.backend.launch(kernels.class_labels, lp.blocks, lp.block, self.compute_stream)(
+                y, c, dc.labels[:n]
+            )
+            w_c = self.w[c * d1 : (c + 1) * d1]
+            yield self.bounds[c], dc.labels[:n], dc.alpha_of(c), w_c
 
     def objective(self, item, chunk, alpha, sqnorm, w, layout) -> list:
         """Exact ``(loss, entropy, gap)`` of the item's rows at the uploaded ``w``
@@ -305,11 +338,14 @@ class GpuUnit(Unit):
         dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, None)
         lp = self._launch(hi - lo, dc)
         p = self.p
+        args = dc.args()
         with serial:
-            self.backend.launch(kernels.chunk_objective, lp.blocks, lp.block, self.compute_stream)(
-                *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.w, lo, hi,
-                lp.team, self._result[item.seq], p.loss,
-            )  # fmt: skip
+            for (c_pos, c_neg), labels, alpha_c, w_c in self._problems(dc, p, args[4], lp):
+                self.backend.launch(kernels.chunk_objective, lp.blocks, lp.block,
+                                    self.compute_stream)(
+                    *args[:4], labels, *args[5:], c_pos, c_neg, p.bias, alpha_c[: dc.n_rows],
+                    w_c, lo, hi, lp.team, self._result[item.seq], p.loss,
+                )  # fmt: skip
         return self._enqueued(s, item, start)
 
     def warm(self, item, chunk, alpha, w0) -> None:
@@ -345,7 +381,7 @@ class GpuUnit(Unit):
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """Wait for the enqueued work; the host view of ``w`` and the per-item results."""
         self.copy_stream.synchronize(self._what("the pass's copies"))
-        view = np.empty(self.n_features + 1)
+        view = np.empty(self.K * (self.n_features + 1))
         results = np.empty(self._result.shape)
         self.backend.d2h(view, self.w, self.compute_stream)
         self.backend.d2h(results, self._result, self.compute_stream)
@@ -369,7 +405,8 @@ class GpuUnit(Unit):
         s.done.synchronize(self._what(f"the kernels of an item of chunk {s.item.k}"))
         if s.writeback is not None:
             host, lo, hi = s.writeback
-            host[lo:hi] = s.pinned["alpha_out"][: hi - lo]
+            out = s.pinned["alpha_out"][: (hi - lo) * self.K]
+            host[lo:hi] = out if self.K == 1 else out.reshape(self.K, hi - lo).T
             s.writeback = None
         item, s.item = s.item, None
         return [(item, None)]
@@ -400,6 +437,8 @@ class GpuUnit(Unit):
                 new = self._spare.pop(i)
                 new.n_rows, new.nnz = n_rows, nnz
                 return new
+        if kind is DeviceChunk:
+            return DeviceChunk.allocate(n_rows, nnz, dtypes, self._alloc, self.K)
         return kind.allocate(n_rows, nnz, dtypes, self._alloc)
 
     def _born(self, k: int, chunk: DeviceChunk) -> DeviceChunk:
@@ -425,12 +464,16 @@ class GpuUnit(Unit):
                 else:
                     if s.device is None or not s.device.fits(chunk.n_rows, chunk.nnz, dt):
                         size = max(chunk.n_rows, s.rows), max(chunk.nnz, s.nnz)
-                        s.device = DeviceChunk.allocate(*size, dt, self._alloc)
+                        s.device = DeviceChunk.allocate(*size, dt, self._alloc, self.K)
                     dc = s.device
                 dc.n_rows, dc.nnz = chunk.n_rows, chunk.nnz
                 self._upload(s, dc, chunk, sqnorm, layout)
-        if k not in self.on_device:
+        if k not in self.on_device and self.K == 1:
             self._put(s, "alpha", alpha[lo:hi], dc.alpha, lo, dc.n_rows)
+        elif k not in self.on_device:  # a block per problem on the device
+            for c in range(self.K):
+                part = np.ascontiguousarray(alpha[lo:hi, c])
+                self._put(s, f"alpha{c}", part, dc.alpha_of(c), lo, dc.n_rows)
         if rows is not None:
             self._put(s, "rows", rows.astype(np.int32, copy=False), dc.rows)
         s.copied.record(self.copy_stream)

@@ -517,6 +517,15 @@ def row_sqnorms(indptr, indices, values, has_values, team, out):
 
 
 @cuda.jit
+def class_labels(y, k, out):
+    """``out[i] = +1`` where ``y[i]`` is class index ``k``, else -1: the labels of problem
+    ``k`` of one-vs-rest (``ovr.class_label``), for the binary kernels to run it. Grid-stride:
+    any launch covers every row (the pass's own geometry serves)."""
+    for i in range(cuda.grid(1), y.shape[0], cuda.gridsize(1)):
+        out[i] = 1.0 if int(y[i]) == k else -1.0
+
+
+@cuda.jit
 def set_entries(w, ids, values):
     """``w[ids[k]] = values[k]``: the hot step's new ``w_H`` into ``w`` between segments."""
     k = cuda.grid(1)
@@ -554,6 +563,7 @@ KERNELS = {
     "row_sqnorms": row_sqnorms,
     "set_entries": set_entries,
     "get_entries": get_entries,
+    "class_labels": class_labels,
 }
 
 
@@ -593,4 +603,5 @@ def ptx_signatures():
     sigs["column_counts"] = [(i64, i32, i32, t.int64, i32)]
     sigs["set_entries"] = [(f64, i64, f64)]
     sigs["get_entries"] = [(f64, i64, f64)]
+    sigs["class_labels"] = [(f32, t.int64, f32)]
     return sigs
