@@ -20,10 +20,20 @@ from snapfit.solvers import cpu
 
 
 def open_for(model, path, *, require_labels: bool = True) -> Dataset:
-    """Open ``path`` and check its feature map is the model's (format, hash bits, ...)."""
-    data = Dataset(path, require_labels=require_labels)
+    """Open ``path`` and check its feature map is the model's (format, hash bits, ...); a
+    regressor reads the labels as real targets, a classifier refuses real-valued ones."""
+    from snapfit.data.validate import check_class_labels
+
+    real = _loss(model) == "squared"
+    data = Dataset(path, require_labels=require_labels, targets="real" if real else "auto")
+    if require_labels and not real:
+        check_class_labels(data)
     check_map(model, data)
     return data
+
+
+def _loss(model) -> str:
+    return model._loss_name() if hasattr(model, "_loss_name") else "logistic"
 
 
 def check_map(model, data) -> None:
@@ -52,10 +62,11 @@ def iter_scores(model, data: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray, 
 
 
 def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> dict:
-    """Log loss, accuracy, calibration and ROC AUC of ``model`` on ``data`` (see metrics)."""
-    return evaluate_batches(
-        lambda: iter_scores(model, data), n_rows=data.n_rows, memory_budget=memory_budget, tol=tol
-    )
+    """The metrics of ``model``'s loss on ``data`` (``metrics.evaluate_batches``): log loss,
+    accuracy, calibration and ROC AUC; an SVM's accuracy, hinge loss and AUC; a ridge model's
+    RMSE, MAE and R²."""
+    return evaluate_batches(lambda: iter_scores(model, data), n_rows=data.n_rows,
+                            memory_budget=memory_budget, tol=tol, loss=_loss(model))  # fmt: skip
 
 
 def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 
 from snapfit.data.reader import Dataset, _open, resolve_files
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS, INDICES, WEIGHT
@@ -55,7 +56,8 @@ def convert_parquet(
     """Re-write a Parquet dataset (file, directory or glob) as one checked snapfit file.
 
     Every chunk is validated on the way (the reader's checks), so this is also how to vet a
-    file from another writer, or to change its row-group size. Labels are written as int8 ±1.
+    file from another writer, or to change its row-group size. Labels are written as int8 ±1,
+    or as float32 when the files record real targets (``snapfit.target``).
     """
     files = resolve_files(input)
     if files and INDICES not in (names := _open(files[0]).schema_arrow.names):
@@ -63,7 +65,8 @@ def convert_parquet(
             f"{files[0]}: has no 'indices' column (columns: {', '.join(names) or 'none'}); for "
             "a table of named columns, convert with --format table --label NAME (convert_table)."
         )
-    ds = Dataset(input, require_labels=False)
+    ds = Dataset(input, require_labels=False, targets="auto")
+    real = ds.has_labels and ds.targets == "real"
     out = check_output(output, ds.files, force=force)
     has_values = any(ds.has_values_in(f) for f in ds.files)
     has_weight = any(WEIGHT in ds._columns[f] for f in ds.files)
@@ -78,6 +81,7 @@ def convert_parquet(
             has_labels=ds.has_labels,
             has_values=has_values,
             has_weight=has_weight,
+            label_type=pa.float32() if real else None,
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
@@ -89,7 +93,7 @@ def convert_parquet(
                 weight = chunk.weight
                 if has_weight and weight is None:
                     weight = np.ones(chunk.n_rows, np.float32)
-                labels = chunk.y.astype(np.int8) if ds.has_labels else None
+                labels = chunk.y if real else chunk.y.astype(np.int8) if ds.has_labels else None
                 writer.append(chunk.indptr, chunk.indices, values, labels, weight)
     nnz = sum(writer.row_group_nnz)
     return ConvertReport(out, writer.n_rows, nnz, len(writer.row_group_nnz), 0, [])
