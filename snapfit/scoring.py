@@ -71,11 +71,13 @@ def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> 
 
 def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
                        id_column: str | None = None) -> int:  # fmt: skip
-    """Write ``probability`` (float64) and, with ``labels``, ``predicted_label`` (int8 0/1) for
-    every row of ``data`` in its order, one row group per chunk, under a temporary name that is
-    renamed to ``out`` on success; with ``id_column``, that column of ``data`` first, as stored,
-    so predictions join by key. Returns the number of rows."""
-    fields = [pa.field("probability", pa.float64(), nullable=False)]
+    """Write ``probability`` (float64; an SVM's ``decision``, a ridge model's ``prediction``,
+    :func:`output_of`) and, with ``labels``, ``predicted_label`` (int8 0/1) for every row of
+    ``data`` in its order, one row group per chunk, under a temporary name that is renamed to
+    ``out`` on success; with ``id_column``, that column of ``data`` first, as stored, so
+    predictions join by key. Returns the number of rows."""
+    name, out_of = output_of(model)
+    fields = [pa.field(name, pa.float64(), nullable=False)]
     if labels:
         fields.append(pa.field("predicted_label", pa.int8(), nullable=False))
     if id_column is not None:
@@ -87,7 +89,7 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
     with atomic_output(out) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="lz4") as writer:
             for k, (s, _, _) in enumerate(iter_scores(model, data)):
-                cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
+                cols = [pa.array(out_of(s))]
                 if labels:
                     cols.append(pa.array((s > 0).astype(np.int8)))
                 if id_column is not None:
@@ -97,13 +99,22 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
     return rows
 
 
+def output_of(model):
+    """``(column name, scores -> column)`` of predictions: a logistic model's probability, an
+    SVM's margin (``decision``), a ridge model's prediction."""
+    loss = _loss(model)
+    if loss == "logistic":
+        return "probability", lambda s: 0.5 * (1.0 + np.tanh(0.5 * s))
+    return ("prediction" if loss == "squared" else "decision"), lambda s: s
+
+
 def raw_scores(model, X) -> np.ndarray:
     """Decision values of raw rows ``X`` (a CSV, Criteo TSV or table in memory), featurized
     batch by batch as ``convert`` featurized the model's training data."""
     from snapfit.datasets.featurize import raw_batches
 
     coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    intercept = float(np.ravel(model.intercept_)[0])
     scores = [chunk_scores(coef, intercept, b) for b in raw_batches(featuremap.of_model(model), X)]
     return np.concatenate(scores) if scores else np.empty(0)
 
@@ -115,14 +126,15 @@ def predict_raw_to_parquet(model, source, out, *, labels: bool = False,
     from snapfit.datasets.featurize import raw_batches
 
     coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    intercept = float(np.ravel(model.intercept_)[0])
     rows, writer, schema = 0, None, None
+    name, out_of = output_of(model)
     with atomic_output(out) as tmp:
         try:
             for batch in raw_batches(featuremap.of_model(model), source, id_column=id_column):
                 s = chunk_scores(coef, intercept, batch)
-                cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
-                names = ["probability"]
+                cols = [pa.array(out_of(s))]
+                names = [name]
                 if labels:
                     cols.append(pa.array((s > 0).astype(np.int8)))
                     names.append("predicted_label")

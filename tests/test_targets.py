@@ -148,6 +148,10 @@ def test_ridge_resumes_from_its_checkpoint_exactly(reg, tmp_path):
     resumed = snapfit.Ridge(max_iter=300, checkpoint_dir=ck, **kw).fit(reg["path"], resume=True)
     assert resumed.n_iter_ == straight.n_iter_
     np.testing.assert_array_equal(resumed.coef_, straight.coef_)
+    with pytest.raises(DataError, match="c_pos was"):  # the checkpoint is read, and checked
+        snapfit.Ridge(max_iter=300, checkpoint_dir=ck, **dict(kw, alpha=3.0)).fit(
+            reg["path"], resume=True
+        )
 
 
 @pytest.mark.parametrize("metric", ["rmse", "r2"])
