@@ -152,20 +152,6 @@ def load_estimator(path, est):
     return est
 
 
-def load_any(path):
-    """The fitted estimator a model file was saved from, chosen by the loss its header records
-    (``LogisticRegression``, ``LinearSVC`` or ``Ridge``): what the CLI's commands load."""
-    _, header = load_arrays(path)
-    loss = header.get("loss", "logistic")
-    if loss == "squared":
-        from snapfit.ridge import load
-    elif loss in ("hinge", "squared_hinge"):
-        from snapfit.svm import load
-    else:
-        from snapfit.estimator import load
-    return load(path)
-
-
 def is_model_file(path) -> bool:
     """Whether ``path`` is a local file in the model format (an .npz with snapfit's header)."""
     path = os.fspath(path)

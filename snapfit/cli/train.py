@@ -89,6 +89,21 @@ def _check_loss(ctx, loss: str, dask: bool, alpha, validation_metric, class_weig
     return validation_metric
 
 
+def load_any(path):
+    """The fitted estimator a model file was saved from, chosen by the loss its header records
+    (``LogisticRegression``, ``LinearSVC`` or ``Ridge``)."""
+    from snapfit.model import load_arrays
+
+    loss = load_arrays(path)[1].get("loss", "logistic")
+    if loss == "squared":
+        from snapfit.ridge import load
+    elif loss in ("hinge", "squared_hinge"):
+        from snapfit.svm import load
+    else:
+        from snapfit.estimator import load
+    return load(path)
+
+
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
     local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
@@ -413,7 +428,6 @@ def predict(model, data, out, labels, id_column, force, json_path):
     from snapfit import featuremap
     from snapfit.data import check_output
     from snapfit.datasets.featurize import is_raw
-    from snapfit.model import load_any
     from snapfit.scoring import open_for, predict_raw_to_parquet, predict_to_parquet
 
     start = time.perf_counter()
@@ -454,7 +468,6 @@ def evaluate(model, data, memory_budget, auc_tol, json_path):
     calibration (logistic); accuracy, mean hinge loss and ROC AUC (SVMs); RMSE, MAE and R²
     (ridge, on real targets)."""
     from snapfit.metrics import BudgetError
-    from snapfit.model import load_any
     from snapfit.scoring import evaluate as run
     from snapfit.scoring import open_for
 

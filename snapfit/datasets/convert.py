@@ -110,6 +110,7 @@ def convert(
     skip_bad_rows: int = 0,
     zero_based: bool | str = "auto",
     n_features: int | None = None,
+    target: str | None = None,
     **table,
 ) -> ConvertReport:
     """Convert Criteo TSV, svmlight, Parquet or a table of named columns to snapfit Parquet (see
@@ -119,25 +120,29 @@ def convert(
     ``n_features`` (the width of the training data, for a test file whose largest index is
     smaller) to svmlight; ``table`` holds :func:`convert_table`'s options (``label`` is
     required) and needs ``format="table"``: a table is never detected, its label column must be
-    named.
+    named. ``target``: for svmlight "auto" (default), "class" or "real" (``convert_svmlight``);
+    for a table the numeric target column, in place of ``label`` (``convert_table``).
     """
     fmt = format or detect_format(input)
+    if target is not None and fmt not in ("svmlight", "table"):
+        raise ValueError(f"target applies to formats 'svmlight' and 'table' only, not {fmt!r}.")
     extra = {} if row_group_rows is None else {"row_group_rows": row_group_rows}
     if n_features is not None and fmt != "svmlight":
         raise ValueError(f"n_features applies to format 'svmlight' only, not {fmt!r}.")
     if table and fmt != "table":
         raise ValueError(f"{', '.join(table)} apply to format 'table' only, not {fmt!r}.")
     if fmt == "table":
-        if "label" not in table:
+        if "label" not in table and target is None:
             raise ValueError("format 'table' needs label= (None for a table without labels).")
-        return convert_table(input, output, hash_bits=hash_bits, force=force, **table, **extra)
+        return convert_table(input, output, hash_bits=hash_bits, force=force, target=target,
+                             **table, **extra)  # fmt: skip
     if fmt == "criteo":
         return convert_criteo(
             input, output, hash_bits=hash_bits, force=force, skip_bad_rows=skip_bad_rows, **extra
         )
     if fmt == "svmlight":
         return convert_svmlight(input, output, zero_based=zero_based, n_features=n_features,
-                                force=force, **extra)  # fmt: skip
+                                force=force, target=target or "auto", **extra)  # fmt: skip
     if fmt == "parquet":
         return convert_parquet(input, output, force=force, **extra)
     raise ValueError(f"format is {fmt!r}; choose one of {', '.join(FORMATS)}.")
