@@ -82,6 +82,12 @@ def test_train_squared_on_real_targets_writes_a_ridge_model_and_evaluate_prints_
     assert float(lines["RMSE"]) == pytest.approx(rmse, rel=1e-5)
     assert float(lines["MAE"]) == pytest.approx(mean_absolute_error(y, pred), rel=1e-5)
     assert float(lines["R2"]) == pytest.approx(r2_score(y, pred), rel=1e-5)
+    res = run("info", out)
+    assert res.exit_code == 0 and "squared (ridge regression)" in res.output
+    assert [line.split() for line in res.output.splitlines()][4] == ["alpha", "2.0"]
+    res = run("info", files["test_reg"])
+    assert res.exit_code == 0, res.output
+    assert f"targets:       real, mean {np.mean(y, dtype=np.float64):.6g}" in res.output
     res = run("predict", out, files["test_reg"], "--out", tmp_path / "p.parquet")
     assert res.exit_code == 0, res.output
     got = pq.read_table(tmp_path / "p.parquet").column("prediction").to_numpy()

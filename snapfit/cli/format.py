@@ -246,10 +246,15 @@ def model_lines(m: dict) -> str:
         ("model", f"{m['model']} ({m['bytes']} bytes)"),
         ("features", f"{m['n_features']} ({m['nonzero_weights']} nonzero weights)"),
         ("intercept", f"{m['intercept']:.6g}"),
-        ("classes", ", ".join(str(c) for c in m["classes"])),
-        ("C", f"{p['C']}" + (f", class_weight {p['class_weight']}" if p["class_weight"] else "")),
-        ("fit", f"{m['n_iter']} epochs, {ended}{gap} (tol {p['tol']})"),
     ]
+    loss = m.get("loss", "logistic")
+    if loss == "squared":
+        rows += [("loss", "squared (ridge regression)"), ("alpha", f"{p['alpha']}")]
+    else:
+        rows += [("loss", loss)] if loss != "logistic" else []
+        weights = f", class_weight {p['class_weight']}" if p["class_weight"] else ""
+        rows += [("classes", ", ".join(str(c) for c in m["classes"])), ("C", f"{p['C']}{weights}")]
+    rows.append(("fit", f"{m['n_iter']} epochs, {ended}{gap} (tol {p['tol']})"))
     if m["best_iteration"] is not None:
         rows.append(("best epoch", f"{m['best_iteration']} (validation {p['validation_metric']} "
                                    f"{m['best_score']:.6f})"))  # fmt: skip
