@@ -134,7 +134,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     "--test",
     type=PathOrURL(exists=True),
     metavar="TEST",
-    help="Labelled data scored after every epoch (test log loss) and at the end (all metrics).",
+    help="Labelled data scored after every epoch by the loss's metric (log loss; an SVM's "
+    "hinge loss; ridge's RMSE) and at the end (all its metrics).",
 )
 @click.option(
     "--validation",
