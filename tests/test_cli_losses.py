@@ -73,6 +73,9 @@ def test_train_squared_on_real_targets_writes_a_ridge_model_and_evaluate_prints_
     pred = model.predict(X)
     rmse = float(np.sqrt(np.mean((pred - y) ** 2)))
     assert doc["loss"] == "squared" and doc["history"][-1]["test_rmse"] == pytest.approx(rmse)
+    from snapfit.report import held_out_curves
+
+    assert held_out_curves(doc["history"]) == ["test_rmse"]  # what `snapfit report` draws
     m = doc["metrics"]["test"]
     assert m["rmse"] == pytest.approx(rmse, rel=1e-9)
     assert m["r2"] == pytest.approx(r2_score(y, pred), rel=1e-9) and m["r2"] > 0.5
