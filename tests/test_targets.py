@@ -127,6 +127,23 @@ def test_ridge_streamed_from_parquet_equals_ridge_on_arrays_and_sklearn(reg):
                                atol=1e-5)  # fmt: skip
 
 
+def test_the_compact_cache_of_real_targets_is_as_big_as_planned(reg):
+    from snapfit.stream.plan import cache_bytes
+    from snapfit.stream.stats import DataStats
+    from snapfit.train import stream_dataset
+
+    ds = Dataset(reg["path"], targets="real")
+    stats = DataStats.read(ds, piece_rows=256)
+    assert stats.real_targets
+    planned = cache_bytes(stats, "compact", ds.n_features)
+    with stream_dataset(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="cache",
+                        cache_format="compact") as src:  # fmt: skip
+        src.make_state()
+        written = src.cache.bytes_per_row * ds.n_rows
+    # float32 targets: 3 more bytes a row than int8 labels, which the plan counts
+    assert written <= planned <= 1.05 * written
+
+
 def test_compact_and_lz4_caches_keep_real_targets(reg, monkeypatch):
     kw = dict(alpha=30.0, tol=1e-6, max_iter=200, random_state=0, memory_budget="3MB")
     fits = {}
