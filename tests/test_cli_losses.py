@@ -145,7 +145,8 @@ def test_validation_and_early_stopping_use_the_losses_metric(files, tmp_path, ru
         "accuracy": lambda: float(np.mean((s > 0) == (cls == 1))),
         "hinge": lambda: float(np.mean(np.maximum(0.0, 1.0 - np.where(cls == 1, 1, -1) * s))),
     }[metric]()
-    # the model written is the best epoch's
+    # it stopped early, and the model written is the best epoch's, not the last one's
+    assert doc["stopped_early"] and doc["kept_epoch"] == doc["best_iteration"] < doc["n_iter"]
     assert doc["best_score"] == pytest.approx(want, rel=1e-6)
     assert doc["params"]["validation_metric"] == metric
 
