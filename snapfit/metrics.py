@@ -124,6 +124,64 @@ class PointMetrics:
         }
 
 
+@dataclass
+class MarginMetrics:
+    """An SVM's accuracy and mean hinge and squared hinge losses of its margins, batch by
+    batch (no probabilities: a margin is not one)."""
+
+    rows: int = 0
+    weight: float = 0.0
+    hinge: float = 0.0
+    squared_hinge: float = 0.0
+    correct: float = 0.0
+
+    def update(self, scores, y, weight=None) -> None:
+        s = np.asarray(scores, dtype=np.float64)
+        y = _pm1(y)
+        w = _weights(weight, len(s))
+        u = np.maximum(0.0, 1.0 - y * s)
+        self.rows += len(s)
+        self.weight += float(w.sum())
+        self.hinge += float(w @ u)
+        self.squared_hinge += float(w @ (u * u))
+        self.correct += float(w[(s > 0) == (y > 0)].sum())
+
+    def result(self) -> dict:
+        W = self.weight or float("nan")
+        return {"rows": self.rows, "accuracy": self.correct / W, "hinge": self.hinge / W,
+                "squared_hinge": self.squared_hinge / W}  # fmt: skip
+
+
+@dataclass
+class RegressionMetrics:
+    """RMSE, MAE and R² (scikit-learn's ``r2_score``: 1 - SSE / SST about the weighted mean)
+    of predictions against real targets, batch by batch."""
+
+    rows: int = 0
+    weight: float = 0.0
+    sse: float = 0.0
+    sae: float = 0.0
+    sy: float = 0.0
+    syy: float = 0.0
+
+    def update(self, pred, y, weight=None) -> None:
+        y = np.asarray(y, dtype=np.float64)
+        e = np.asarray(pred, dtype=np.float64) - y
+        w = _weights(weight, len(e))
+        self.rows += len(e)
+        self.weight += float(w.sum())
+        self.sse += float(w @ (e * e))
+        self.sae += float(w @ np.abs(e))
+        self.sy += float(w @ y)
+        self.syy += float(w @ (y * y))
+
+    def result(self) -> dict:
+        W = self.weight or float("nan")
+        sst = self.syy - self.sy * self.sy / W
+        return {"rows": self.rows, "rmse": float(np.sqrt(self.sse / W)), "mae": self.sae / W,
+                "r2": 1.0 - self.sse / sst if sst > 0 else None}  # fmt: skip
+
+
 # -- ROC AUC ---------------------------------------------------------------------------------
 def _groups(scores: np.ndarray, yw: np.ndarray):
     """Sorted distinct scores with the positive and negative weight at each (``yw = y * w``)."""
@@ -372,13 +430,20 @@ def _refine(batches: Batches, segs: _Segments, exact: list[int], split: list[int
 
 
 def evaluate_batches(
-    batches: Batches, *, n_rows: int, memory_budget: int, tol: float = 1e-4
+    batches: Batches, *, n_rows: int, memory_budget: int, tol: float = 1e-4, loss: str = "logistic"
 ) -> dict:
-    """All metrics of scores from ``batches()``: log loss, accuracy, calibration, ROC AUC.
+    """All metrics of scores from ``batches()`` for a model of ``loss``: log loss, accuracy,
+    calibration and ROC AUC (logistic); accuracy, mean hinge and squared hinge loss and ROC AUC
+    (hinge, squared_hinge); RMSE, MAE and R² of real targets, in one pass (squared).
 
     The first pass feeds both the sums and the AUC; only a bounded AUC may read the data again.
     """
-    point = PointMetrics()
+    if loss == "squared":
+        reg = RegressionMetrics()
+        for s, y, w in batches():
+            reg.update(s, y, w)
+        return reg.result()
+    point = PointMetrics() if loss == "logistic" else MarginMetrics()
 
     def first():
         for s, y, w in batches():

@@ -2,8 +2,8 @@
 
 Input is a training history (``LogisticRegression.history_`` or the ``history`` of
 ``snapfit train --json``): one dict per epoch with ``seconds`` (that epoch's time), ``primal``,
-``rel_gap``, ``exact`` and, when held-out data was given, ``test_logloss`` and
-``validation_<metric>``. Matplotlib runs on the
+``rel_gap``, ``exact`` and, when held-out data was given, ``test_<metric>`` (``logloss``; an
+SVM's ``hinge``, ridge's ``rmse``) and ``validation_<metric>``. Matplotlib runs on the
 Agg backend, so no display is needed.
 """
 
@@ -48,10 +48,18 @@ def _series(history: list[dict], key: str):
 
 
 def held_out_curves(history: list[dict]) -> list[str]:
-    """The held-out series of ``history`` the third panel draws: test log loss (``--test``)
+    """The held-out series of ``history`` the third panel draws: the test metric (``--test``)
     and the validation metric an early-stopped run watched (``--validation``)."""
-    keys = ("test_logloss", "validation_logloss", "validation_auc")
+    from snapfit.validation import METRICS
+
+    keys = ("test_logloss", "test_hinge", "test_rmse", *(f"validation_{m}" for m in METRICS))
     return [k for k in keys if any(h.get(k) is not None for h in history)]
+
+
+def _higher_is_better(key: str) -> bool:
+    from snapfit.validation import HIGHER_IS_BETTER
+
+    return key.endswith(tuple(f"_{m}" for m in HIGHER_IS_BETTER))
 
 
 def plot_history(
@@ -92,9 +100,10 @@ def plot_history(
     curves = held_out_curves(history)
     for i, key in enumerate(curves):
         t, v = _series(history, key)
-        on = ax.twinx() if key.endswith("auc") and len(curves) > 1 else ax
+        up = _higher_is_better(key)
+        on = ax.twinx() if up and len(curves) > 1 else ax
         on.plot(t, v, "-o", ms=3, color=f"C{2 + i}", label=key.replace("_", " "))
-        best = int(np.nanargmax(v) if key.endswith("auc") else np.nanargmin(v))
+        best = int(np.nanargmax(v) if up else np.nanargmin(v))
         on.annotate(
             f"{v[best]:.4f}", (t[best], v[best]), textcoords="offset points",
             xytext=(0, 8), ha="center", fontsize=8,

@@ -20,10 +20,20 @@ from snapfit.solvers import cpu
 
 
 def open_for(model, path, *, require_labels: bool = True) -> Dataset:
-    """Open ``path`` and check its feature map is the model's (format, hash bits, ...)."""
-    data = Dataset(path, require_labels=require_labels)
+    """Open ``path`` and check its feature map is the model's (format, hash bits, ...); a
+    regressor reads the labels as real targets, a classifier refuses real-valued ones."""
+    from snapfit.data.validate import check_class_labels
+
+    real = _loss(model) == "squared"
+    data = Dataset(path, require_labels=require_labels, targets="real" if real else "auto")
+    if require_labels and not real:
+        check_class_labels(data)
     check_map(model, data)
     return data
+
+
+def _loss(model) -> str:
+    return model._loss_name() if hasattr(model, "_loss_name") else "logistic"
 
 
 def check_map(model, data) -> None:
@@ -66,19 +76,22 @@ def iter_scores(model, data: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray, 
 
 
 def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> dict:
-    """Log loss, accuracy, calibration and ROC AUC of ``model`` on ``data`` (see metrics)."""
-    return evaluate_batches(
-        lambda: iter_scores(model, data), n_rows=data.n_rows, memory_budget=memory_budget, tol=tol
-    )
+    """The metrics of ``model``'s loss on ``data`` (``metrics.evaluate_batches``): log loss,
+    accuracy, calibration and ROC AUC; an SVM's accuracy, hinge loss and AUC; a ridge model's
+    RMSE, MAE and R²."""
+    return evaluate_batches(lambda: iter_scores(model, data), n_rows=data.n_rows,
+                            memory_budget=memory_budget, tol=tol, loss=_loss(model))  # fmt: skip
 
 
 def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
                        id_column: str | None = None) -> int:  # fmt: skip
-    """Write ``probability`` (float64) and, with ``labels``, ``predicted_label`` (int8 0/1) for
-    every row of ``data`` in its order, one row group per chunk, under a temporary name that is
-    renamed to ``out`` on success; with ``id_column``, that column of ``data`` first, as stored,
-    so predictions join by key. Returns the number of rows."""
-    fields = [pa.field("probability", pa.float64(), nullable=False)]
+    """Write ``probability`` (float64; an SVM's ``decision``, a ridge model's ``prediction``,
+    :func:`output_of`) and, with ``labels``, ``predicted_label`` (int8 0/1) for every row of
+    ``data`` in its order, one row group per chunk, under a temporary name that is renamed to
+    ``out`` on success; with ``id_column``, that column of ``data`` first, as stored, so
+    predictions join by key. Returns the number of rows."""
+    name, out_of = output_of(model)
+    fields = [pa.field(name, pa.float64(), nullable=False)]
     if labels:
         fields.append(pa.field("predicted_label", pa.int8(), nullable=False))
     if id_column is not None:
@@ -90,7 +103,7 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
     with atomic_output(out) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="lz4") as writer:
             for k, (s, _, _) in enumerate(iter_scores(model, data)):
-                cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
+                cols = [pa.array(out_of(s))]
                 if labels:
                     cols.append(pa.array((s > 0).astype(np.int8)))
                 if id_column is not None:
@@ -98,6 +111,15 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))
                 rows += len(s)
     return rows
+
+
+def output_of(model):
+    """``(column name, scores -> column)`` of predictions: a logistic model's probability, an
+    SVM's margin (``decision``), a ridge model's prediction."""
+    loss = _loss(model)
+    if loss == "logistic":
+        return "probability", lambda s: 0.5 * (1.0 + np.tanh(0.5 * s))
+    return ("prediction" if loss == "squared" else "decision"), lambda s: s
 
 
 def raw_scores(model, X) -> np.ndarray:
@@ -118,12 +140,13 @@ def predict_raw_to_parquet(model, source, out, *, labels: bool = False,
 
     coef, intercept = model_weights(model)
     rows, writer, schema = 0, None, None
+    name, out_of = output_of(model)
     with atomic_output(out) as tmp:
         try:
             for batch in raw_batches(featuremap.of_model(model), source, id_column=id_column):
                 s = chunk_scores(coef, intercept, batch)
-                cols = [pa.array(0.5 * (1.0 + np.tanh(0.5 * s)))]
-                names = ["probability"]
+                cols = [pa.array(out_of(s))]
+                names = [name]
                 if labels:
                     cols.append(pa.array((s > 0).astype(np.int8)))
                     names.append("predicted_label")

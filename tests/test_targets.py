@@ -127,6 +127,23 @@ def test_ridge_streamed_from_parquet_equals_ridge_on_arrays_and_sklearn(reg):
                                atol=1e-5)  # fmt: skip
 
 
+def test_the_compact_cache_of_real_targets_is_as_big_as_planned(reg):
+    from snapfit.stream.plan import cache_bytes
+    from snapfit.stream.stats import DataStats
+    from snapfit.train import stream_dataset
+
+    ds = Dataset(reg["path"], targets="real")
+    stats = DataStats.read(ds, piece_rows=256)
+    assert stats.real_targets
+    planned = cache_bytes(stats, "compact", ds.n_features)
+    with stream_dataset(ds, 3_000_000, chunk_rows=2048, piece_rows=256, mode="cache",
+                        cache_format="compact") as src:  # fmt: skip
+        src.make_state()
+        written = src.cache.bytes_per_row * ds.n_rows
+    # float32 targets: 3 more bytes a row than int8 labels, which the plan counts
+    assert written <= planned <= 1.05 * written
+
+
 def test_compact_and_lz4_caches_keep_real_targets(reg, monkeypatch):
     kw = dict(alpha=30.0, tol=1e-6, max_iter=200, random_state=0, memory_budget="3MB")
     fits = {}
@@ -148,6 +165,10 @@ def test_ridge_resumes_from_its_checkpoint_exactly(reg, tmp_path):
     resumed = snapfit.Ridge(max_iter=300, checkpoint_dir=ck, **kw).fit(reg["path"], resume=True)
     assert resumed.n_iter_ == straight.n_iter_
     np.testing.assert_array_equal(resumed.coef_, straight.coef_)
+    with pytest.raises(DataError, match="c_pos was"):  # the checkpoint is read, and checked
+        snapfit.Ridge(max_iter=300, checkpoint_dir=ck, **dict(kw, alpha=3.0)).fit(
+            reg["path"], resume=True
+        )
 
 
 @pytest.mark.parametrize("metric", ["rmse", "r2"])
@@ -164,7 +185,7 @@ def test_ridge_early_stopping_watches_rmse_or_r2(reg, metric, tmp_path):
     rmse = float(np.sqrt(np.mean(err**2)))
     r2 = 1.0 - float(err @ err) / float(((y[valid] - y[valid].mean()) ** 2).sum())
     assert est.best_score_ == pytest.approx(rmse if metric == "rmse" else r2, rel=1e-6)
-    assert est.stopped_early_ == (est.n_iter_ > est.best_iteration_)
+    assert est.stopped_early_ and est.best_iteration_ < est.n_iter_  # the best epoch is kept
     # the same from Parquet validation data, its targets read as real
     path = tmp_path / "valid.parquet"
     write_parquet(path, X[valid], y[valid], targets="real", n_features=X.shape[1])
@@ -172,3 +193,89 @@ def test_ridge_early_stopping_watches_rmse_or_r2(reg, metric, tmp_path):
     assert again.best_score_ == pytest.approx(est.best_score_, rel=1e-6)
     with pytest.raises(ValueError, match="early_stopping_rounds needs validation data"):
         snapfit.Ridge(early_stopping_rounds=2).fit(X[:100], y[:100])
+
+
+# -- conversion: svmlight regression files, a table's numeric target column -------------------
+def _run(*args):
+    from click.testing import CliRunner
+
+    from snapfit.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+SVM_REG = "1.5 1:0.5 3:2\n-0.25 2:1\n0 1:1 2:1\n42 3:1.5\n"
+SVM_CLS = "1 1:0.5 3:2\n0 2:1\n1 1:1 2:1\n0 3:1.5\n"
+
+
+def test_svmlight_targets_auto_class_and_real(tmp_path):
+    from snapfit.datasets import convert
+
+    src = tmp_path / "reg.svm"
+    src.write_text(SVM_REG)
+    convert(src, tmp_path / "auto.parquet")  # auto: a label other than 0, 1, -1 -> real
+    ds = Dataset(tmp_path / "auto.parquet")
+    assert ds.target_kind == "real" and ds.metadata["target"] == "real"
+    chunk = ds.read_chunk(0)
+    np.testing.assert_array_equal(chunk.y, np.float32([1.5, -0.25, 0, 42]))
+    assert chunk.indices.tolist() == [0, 2, 1, 0, 1, 2]  # one-based, shifted down: auto base
+    with pytest.raises(DataError, match=r"reg.svm, line 1: label is 1.5; .*target 'real'"):
+        convert(src, tmp_path / "cls.parquet", format="svmlight", target="class")
+    assert not (tmp_path / "cls.parquet").exists()
+    cls = tmp_path / "cls.svm"
+    cls.write_text(SVM_CLS)
+    convert(cls, tmp_path / "c.parquet")  # auto: every label 0/1 -> classes, int8 as before
+    assert pq.read_schema(tmp_path / "c.parquet").field("label").type == pa.int8()
+    assert Dataset(tmp_path / "c.parquet").target_kind == "class"
+    convert(cls, tmp_path / "r.parquet", target="real")  # 0/1 regression targets
+    assert pq.read_schema(tmp_path / "r.parquet").field("label").type == pa.float32()
+    assert Dataset(tmp_path / "r.parquet").targets == "real"
+    # from the command line; a target kind svmlight does not know is a usage error
+    res = _run("convert", src, tmp_path / "cli.parquet", "--format", "svmlight")
+    assert res.exit_code == 0 and "Targets: real-valued" in res.output
+    res = _run("convert", src, tmp_path / "bad.parquet", "--target", "price")
+    assert res.exit_code == 2 and "svmlight takes auto, class or real" in res.output
+    res = _run("convert", src, tmp_path / "bad.parquet", "--target", "class")
+    assert res.exit_code == 3 and "line 1: label is 1.5" in res.output
+    assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_table_target_column_is_a_float32_label_and_trains_ridge(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 400
+    site = rng.choice(["news", "blog", "shop"], n)
+    price = rng.uniform(1, 10, n)
+    effect = {"news": 1.0, "blog": -2.0, "shop": 0.5}
+    y = np.array([effect[s] for s in site]) + 0.3 * price + rng.normal(0, 0.1, n)
+    csv = tmp_path / "t.csv"
+    rows = zip(site, price, y, strict=True)
+    lines = ["site,price,spend"] + [f"{s},{p:.4f},{t:.5f}" for s, p, t in rows]
+    csv.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "t.parquet"
+    res = _run("convert", csv, out, "--format", "table", "--target", "spend",
+               "--numeric-transform", "identity", "--hash-bits", 10)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Targets: real-valued" in res.output
+    ds = Dataset(out, targets="real")
+    assert ds.target_kind == "real" and ds.metadata["label"] == "spend"
+    np.testing.assert_allclose(ds.read_chunk(0).y, y, rtol=1e-5, atol=1e-5)
+    assert "spend" not in ds.metadata["numeric"]  # the target is no feature
+    res = _run("train", out, "--loss", "squared", "--alpha", 0.01, "--tol", 1e-8,
+               "--max-iter", 500, "--out", tmp_path / "m.npz", "-q")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = _run("evaluate", tmp_path / "m.npz", out)
+    assert res.exit_code == 0, res.output
+    r2 = float(dict(x.split(None, 1) for x in res.output.splitlines())["R2"])
+    assert r2 > 0.95
+    # --target with --label, a missing target, a target that is not a number
+    res = _run("convert", csv, tmp_path / "x.parquet", "--format", "table", "--target", "spend",
+               "--label", "site")  # fmt: skip
+    assert res.exit_code == 2 and "one of --label NAME" in res.output
+    csv.write_text("site,price,spend\nnews,1,2.5\nblog,2,\n")
+    res = _run("convert", csv, tmp_path / "x.parquet", "--format", "table", "--target", "spend")
+    assert res.exit_code == 3
+    assert "t.csv, line 3: target column 'spend' holds nothing (empty)" in res.output
+    csv.write_text("site,price,spend\nnews,1,2.5\nblog,2,lots\n")
+    res = _run("convert", csv, tmp_path / "x.parquet", "--format", "table", "--target", "spend")
+    assert res.exit_code == 3 and "target column 'spend' holds 'lots', not a number" in res.output
+    assert not (tmp_path / "x.parquet").exists()

@@ -61,9 +61,26 @@ _TABLE_OPTIONS = (
 _OTHER_OPTIONS = ("skip_bad_rows", "zero_based", "n_features")
 
 
+def _check_target(ctx: click.Context, fmt: str | None, input, target: str | None) -> None:
+    """--target: svmlight's auto|class|real, a table's target column; no other format's."""
+    if target is None or fmt == "table":
+        return
+    from snapfit.datasets.convert import detect_format
+
+    if (fmt or detect_format(input)) != "svmlight":
+        raise click.UsageError("--target: for svmlight and --format table input only.", ctx)
+    if target not in ("auto", "class", "real"):
+        raise click.UsageError(
+            f"--target {target}: svmlight takes auto, class or real (a column name is for "
+            "--format table).",
+            ctx,
+        )
+
+
 def _check_format_options(ctx: click.Context, fmt: str | None, table: dict) -> None:
     """Usage errors (exit 2): table options with another format, another format's options
-    with a table, no --label (nor --unlabelled) for a table, options that clash."""
+    with a table, not one of --label, --target and --unlabelled for a table, options that
+    clash."""
     from click.core import ParameterSource
 
     given = [
@@ -81,17 +98,20 @@ def _check_format_options(ctx: click.Context, fmt: str | None, table: dict) -> N
         return
     if flags(_OTHER_OPTIONS):
         raise click.UsageError(f"{flags(_OTHER_OPTIONS)}: not for --format table.", ctx)
-    if (table["label"] is None) != table["unlabelled"]:
+    if [table["label"] is not None, table["target"] is not None, table["unlabelled"]].count(
+        True
+    ) != 1:
         raise click.UsageError(
-            "--format table needs either --label NAME (the label column) or --unlabelled (a "
-            "table without labels, to score).",
+            "--format table needs one of --label NAME (the class label column), --target NAME "
+            "(a numeric target column, for regression) or --unlabelled (a table without "
+            "labels, to score).",
             ctx,
         )
     from snapfit.datasets.tabular import check_options
 
     try:
         check_options(
-            label=table["label"],
+            label=table["label"] if table["target"] is None else table["target"],
             weight=table["weight"],
             categorical=table["categorical"],
             numeric=table["numeric"],
@@ -116,6 +136,17 @@ def _feature_map_line(path: str) -> str:
     if md["crosses"]:
         parts.append("crosses " + ", ".join("^".join(c) for c in md["crosses"]))
     return f"Features: {'; '.join(parts)}; hashed into 2^{md['hash_bits']}."
+
+
+def _target_line(path: str) -> str | None:
+    """One line when OUTPUT holds real-valued targets (what trains on them), else None."""
+    import pyarrow.parquet as pq
+
+    from snapfit.data.schema import decode_metadata
+
+    if decode_metadata(pq.read_metadata(path).metadata).get("target") != "real":
+        return None
+    return "Targets: real-valued (float32 'label'); train with --loss squared (snapfit.Ridge)."
 
 
 def _summary(report, seconds: float) -> str:
@@ -161,6 +192,14 @@ def _summary(report, seconds: float) -> str:
     "file the training file's width (a9a.t's largest index is one short of a9a's).",
 )
 @click.option("--label", metavar="NAME", help="table: the label column (0/1, -1/+1 or true/false).")
+@click.option(
+    "--target",
+    metavar="KIND|NAME",
+    default=None,
+    help="svmlight: what the labels are, auto (default: real-valued targets as soon as one "
+    "label is not 0, 1 or -1, else classes), class or real. table: a numeric target column "
+    "(regression), in place of --label. Real targets are written as a float32 'label'.",
+)
 @click.option("--unlabelled", is_flag=True, help="table: no label column (data to score).")
 @click.option("--weight", metavar="NAME", help="table: a sample-weight column (numbers >= 0).")
 @click.option(
@@ -207,6 +246,7 @@ def convert(
     from snapfit.datasets import convert as run
 
     _check_format_options(ctx, fmt, table)
+    _check_target(ctx, fmt, input, table["target"])
     if n_features is not None:
         from snapfit.datasets.convert import detect_format
 
@@ -214,9 +254,10 @@ def convert(
             raise click.UsageError(
                 "--n-features: for svmlight input only (Criteo and tables take --hash-bits).", ctx
             )
-    options = {}
+    options = {"target": table["target"]}
     if fmt == "table":
         options = dict(
+            target=table["target"],
             label=table["label"],
             weight=table["weight"],
             categorical=table["categorical"],
@@ -246,6 +287,10 @@ def convert(
         click.echo(_summary(report, seconds))
     if fmt == "table" and json_path != "-":
         click.echo(_feature_map_line(report.output))
+    if json_path != "-":
+        note = _target_line(report.output)
+        if note:
+            click.echo(note)
     if report.bad_rows:
         click.echo(f"Skipped {report.bad_rows} bad rows:", err=True)
         for line, problem in report.bad_lines:

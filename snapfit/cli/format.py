@@ -45,6 +45,12 @@ def budget_error(e: Exception):
 
 
 def metric_rows(m: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """The metrics of ``snapfit.scoring.evaluate`` as rows: a ridge model's RMSE, MAE and R²,
+    an SVM's accuracy, hinge losses and AUC, else log loss, AUC, accuracy and calibration."""
+    if "rmse" in m:
+        r2 = "undefined (constant targets)" if m["r2"] is None else f"{m['r2']:.6f}"
+        return [(f"{prefix}rows", f"{m['rows']}"), (f"{prefix}RMSE", f"{m['rmse']:.6g}"),
+                (f"{prefix}MAE", f"{m['mae']:.6g}"), (f"{prefix}R2", r2)]  # fmt: skip
     auc = m["auc"]
     if auc is None:
         auc_text = "undefined (one class only)"
@@ -52,6 +58,13 @@ def metric_rows(m: dict, prefix: str = "") -> list[tuple[str, str]]:
         auc_text = f"{auc:.6f} (exact)"
     else:
         auc_text = f"{auc:.6f} (bounded: error <= {m['auc_error_bound']:.1e}, {m['passes']} passes)"
+    if "hinge" in m:
+        return [
+            (f"{prefix}rows", f"{m['rows']}"),
+            (f"{prefix}accuracy", f"{m['accuracy']:.6f}"),
+            (f"{prefix}hinge loss", f"{m['hinge']:.6f} (mean; squared {m['squared_hinge']:.6f})"),
+            (f"{prefix}ROC AUC", auc_text),
+        ]
     cal = m["calibration"]
     return [
         (f"{prefix}rows", f"{m['rows']}"),
@@ -103,14 +116,28 @@ class Progress:
         parts = [f"{si(rec[k])} {unit}" for k, unit in
                  (("rows_per_s", "rows/s"), ("nnz_per_s", "nnz/s")) if k in rec]  # fmt: skip
         parts.append(f"gap {rec['rel_gap']:.2e}")
-        if rec.get("test_logloss") is not None:
-            parts.append(f"test logloss {rec['test_logloss']:.5f}")
+        for key in TEST_KEYS:
+            if rec.get(key) is not None:
+                parts.append(f"test {key.removeprefix('test_')} {rec[key]:.5f}")
         parts.append(f"ETA {self.eta(rec)}")
         self.bar.set_postfix_str(", ".join(parts), refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:
         self.bar.close()
+
+
+#: What ``snapfit train --test`` scores every epoch, by loss (a loss's own metric).
+TEST_METRIC = {"logistic": "logloss", "hinge": "hinge", "squared_hinge": "hinge",
+               "squared": "rmse"}  # fmt: skip
+TEST_KEYS = tuple(dict.fromkeys(f"test_{m}" for m in TEST_METRIC.values()))
+
+
+def n_iter(est) -> int:
+    """Epochs the fit ran (a classifier's ``n_iter_`` is an array, ``Ridge``'s an int)."""
+    import numpy as np
+
+    return int(np.ravel(est.n_iter_)[0])
 
 
 def kept_epoch(est) -> int:
@@ -120,7 +147,7 @@ def kept_epoch(est) -> int:
         est.early_stopping_rounds is not None and hasattr(est, "best_iteration_")
     ):
         return int(est.best_iteration_)
-    return int(est.n_iter_[0])
+    return n_iter(est)
 
 
 def _record_of(est, epoch: int) -> dict:
@@ -132,23 +159,23 @@ def train_summary(est, data, fit_seconds, converged, metrics, out) -> str:
     epochs = len(est.history_)
     kept = kept_epoch(est)
     rec = _record_of(est, kept)
-    n_iter = int(est.n_iter_[0])
+    epochs_run = n_iter(est)
     if getattr(est, "stopped_early_", False):
         metric = est.validation_metric
         ended = (
-            f"{n_iter} (stopped early: validation {metric} not improved for "
+            f"{epochs_run} (stopped early: validation {metric} not improved for "
             f"{est.early_stopping_rounds} epochs after epoch {kept})"
         )
     elif converged:
         last = est.history_[-1]
-        ended = f"{n_iter} (converged: relative gap {last['rel_gap']:.2e} <= tol {est.tol:g})"
+        ended = f"{epochs_run} (converged: relative gap {last['rel_gap']:.2e} <= tol {est.tol:g})"
     else:
         last = est.history_[-1]
         ended = (
-            f"{n_iter} (NOT converged: relative gap {last['rel_gap']:.2e} > tol {est.tol:g}; "
+            f"{epochs_run} (NOT converged: relative gap {last['rel_gap']:.2e} > tol {est.tol:g}; "
             "raise --max-iter)"
         )
-    of = f" (epoch {kept}, relative gap {rec['rel_gap']:.2e})" if kept != n_iter else ""
+    of = f" (epoch {kept}, relative gap {rec['rel_gap']:.2e})" if kept != epochs_run else ""
     per_s = epochs / max(fit_seconds, 1e-9)
     rows = [
         ("epochs", ended),
@@ -191,10 +218,12 @@ def _best_rows(est) -> list[tuple[str, str]]:
 
 
 def extra_of(h: dict, history: list[dict]) -> dict:
-    """Fields the CLI added to an epoch (test log loss), matched by epoch number."""
+    """Fields the CLI added to an epoch (the test metric), matched by epoch number."""
     for row in history:
-        if row.get("epoch") == h.get("epoch") and "test_logloss" in row:
-            return {"test_logloss": row["test_logloss"]}
+        if row.get("epoch") == h.get("epoch"):
+            extra = {k: row[k] for k in TEST_KEYS if k in row}
+            if extra:
+                return extra
     return {}
 
 
@@ -217,10 +246,15 @@ def model_lines(m: dict) -> str:
         ("model", f"{m['model']} ({m['bytes']} bytes)"),
         ("features", f"{m['n_features']} ({m['nonzero_weights']} nonzero weights)"),
         ("intercept", f"{m['intercept']:.6g}"),
-        ("classes", ", ".join(str(c) for c in m["classes"])),
-        ("C", f"{p['C']}" + (f", class_weight {p['class_weight']}" if p["class_weight"] else "")),
-        ("fit", f"{m['n_iter']} epochs, {ended}{gap} (tol {p['tol']})"),
     ]
+    loss = m.get("loss", "logistic")
+    if loss == "squared":
+        rows += [("loss", "squared (ridge regression)"), ("alpha", f"{p['alpha']}")]
+    else:
+        rows += [("loss", loss)] if loss != "logistic" else []
+        weights = f", class_weight {p['class_weight']}" if p["class_weight"] else ""
+        rows += [("classes", ", ".join(str(c) for c in m["classes"])), ("C", f"{p['C']}{weights}")]
+    rows.append(("fit", f"{m['n_iter']} epochs, {ended}{gap} (tol {p['tol']})"))
     if m["best_iteration"] is not None:
         rows.append(("best epoch", f"{m['best_iteration']} (validation {p['validation_metric']} "
                                    f"{m['best_score']:.6f})"))  # fmt: skip

@@ -48,26 +48,60 @@ def _record(rec) -> dict:
     return rec.as_dict() if hasattr(rec, "as_dict") else dict(rec)
 
 
-def _test_logloss(data, coef, intercept: float) -> float:
+def _test_metric(metric: str, data, coef, intercept: float) -> float:
+    """The loss's test metric (``TEST_METRIC``) of the model so far on ``data``."""
     from snapfit.scoring import chunk_scores
-    from snapfit.validation import mean_logloss
+    from snapfit.validation import regression_scores, weighted_mean
 
-    return mean_logloss((chunk_scores(coef, intercept, c), c.y, c.weight)
-                        for c in data.iter_chunks())  # fmt: skip
+    batches = ((chunk_scores(coef, intercept, c), c.y, c.weight) for c in data.iter_chunks())
+    return regression_scores(batches)[0] if metric == "rmse" else weighted_mean(batches, metric)
 
 
-def _check_loss(loss: str, scored_or_dask) -> None:
-    """The losses beside logistic train from DATA alone for now (a usage error otherwise)."""
+def _check_loss(ctx, loss: str, dask: bool, alpha, validation_metric, class_weight) -> str:
+    """Usage errors of the options that depend on the loss; the validation metric to use."""
+    from click.core import ParameterSource
+
+    from snapfit.validation import LOSS_METRICS
+
+    if loss != "logistic" and dask:
+        raise click.UsageError(
+            f"--loss {loss} trains on one machine for now: --scheduler and --workers train "
+            "logistic models only."
+        )
     if loss == "squared":
+        if ctx.get_parameter_source("C") not in (None, ParameterSource.DEFAULT):
+            raise click.UsageError(
+                "--C is the classifiers' regularization; ridge (--loss squared) takes --alpha "
+                "(scikit-learn's Ridge alpha; alpha = 1/C)."
+            )
+        if class_weight:
+            raise click.UsageError("--class-weight is for the classifiers, not --loss squared.")
+    elif alpha is not None:
+        raise click.UsageError("--alpha is ridge's (--loss squared); the classifiers take --C.")
+    metrics = LOSS_METRICS[loss]
+    if validation_metric is None:
+        return metrics[0]
+    if validation_metric not in metrics:
         raise click.UsageError(
-            "--loss squared fits real targets, which snapfit's Parquet format does not carry "
-            "yet; fit snapfit.Ridge on arrays instead."
+            f"--validation-metric {validation_metric} does not score --loss {loss}; choose one "
+            f"of {', '.join(metrics)}."
         )
-    if loss != "logistic" and scored_or_dask:
-        raise click.UsageError(
-            f"--loss {loss} trains from DATA alone for now: --test, --validation, --scheduler "
-            "and --workers score or train logistic models only."
-        )
+    return validation_metric
+
+
+def load_any(path):
+    """The fitted estimator a model file was saved from, chosen by the loss its header records
+    (``LogisticRegression``, ``LinearSVC`` or ``Ridge``)."""
+    from snapfit.model import load_arrays
+
+    loss = load_arrays(path)[1].get("loss", "logistic")
+    if loss == "squared":
+        from snapfit.ridge import load
+    elif loss in ("hinge", "squared_hinge"):
+        from snapfit.svm import load
+    else:
+        from snapfit.estimator import load
+    return load(path)
 
 
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
@@ -100,7 +134,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     "--test",
     type=PathOrURL(exists=True),
     metavar="TEST",
-    help="Labelled data scored after every epoch (test log loss) and at the end (all metrics).",
+    help="Labelled data scored after every epoch by the loss's metric (log loss; an SVM's "
+    "hinge loss; ridge's RMSE) and at the end (all its metrics).",
 )
 @click.option(
     "--validation",
@@ -128,10 +163,10 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 )
 @click.option(
     "--validation-metric",
-    type=click.Choice(["logloss", "auc"]),
-    default="logloss",
-    show_default=True,
-    help="What --validation is scored by (log loss: lower is better; AUC: higher).",
+    type=click.Choice(["logloss", "auc", "accuracy", "hinge", "rmse", "r2"]),
+    default=None,
+    help="What --validation is scored by: logistic logloss (default) or auc; SVMs auc "
+    "(default), accuracy or hinge (mean hinge loss); ridge rmse (default) or r2.",
 )
 @out_option("MODEL", "Model file to write (.npz; read by snapfit.load and the other commands).")
 @click.option(
@@ -140,7 +175,14 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="Inverse regularization strength (scikit-learn's C; snapml's regularizer is 1/C).",
+    help="Inverse regularization strength of the classifiers (scikit-learn's C; snapml's "
+    "regularizer is 1/C).",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Ridge's regularization (--loss squared; scikit-learn's Ridge alpha, 1/C)  [default: 1]",
 )
 @DEVICE
 @GPUS
@@ -200,21 +242,25 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
 @click.option("--loss", type=click.Choice(["logistic", "hinge", "squared_hinge", "squared"]),
               default="logistic", show_default=True,
               help="logistic: LogisticRegression; hinge, squared_hinge: a linear SVM (LinearSVC, "
-              "read with snapfit.svm.load); squared: ridge, not yet from Parquet.")  # fmt: skip
+              "read with snapfit.svm.load); squared: ridge regression of real targets (Ridge, "
+              "--alpha; read with snapfit.ridge.load).")  # fmt: skip
 @FORCE
+@click.pass_context
 def train(
-    data, test, validation, early_stopping_rounds, early_stopping_gap, validation_metric, out, C,
-    device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
+    ctx, data, test, validation, early_stopping_rounds, early_stopping_gap, validation_metric,
+    out, C, alpha, device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
     seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, loss,
     force,
 ):  # fmt: skip
-    """Train a logistic regression model on DATA (Parquet file, directory or glob) and write
-    it to MODEL."""
+    """Train a model of --loss (logistic regression, a linear SVM, ridge regression) on DATA
+    (Parquet file, directory or glob) and write it to MODEL."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from snapfit import LinearSVC, LogisticRegression, featuremap
+    from snapfit import LinearSVC, LogisticRegression, Ridge, featuremap
+    from snapfit.cli.format import TEST_METRIC, n_iter
     from snapfit.data import Dataset, check_output
+    from snapfit.data.validate import check_class_labels
     from snapfit.scoring import evaluate, open_for
 
     if resume and not checkpoint_dir:
@@ -241,20 +287,32 @@ def train(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
             "dual variables on the driver every round and is evaluated with `snapfit evaluate`."
         )
-    _check_loss(loss, test or validation or scheduler or workers)
+    validation_metric = _check_loss(ctx, loss, bool(scheduler or workers), alpha,
+                                    validation_metric, class_weight)  # fmt: skip
     start = time.perf_counter()
     check_output(out, [p for p in (data, test, validation) if p], force=force)
-    est = (LogisticRegression() if loss == "logistic" else LinearSVC(loss=loss)).set_params(
-        C=C, class_weight=class_weight, tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
+    if loss == "squared":
+        est = Ridge(alpha=1.0 if alpha is None else alpha)
+    else:
+        est = LogisticRegression(C=C, class_weight=class_weight) if loss == "logistic" else (
+            LinearSVC(C=C, class_weight=class_weight, loss=loss))  # fmt: skip
+    est.set_params(
+        tol=tol, max_iter=max_iter, device=device, n_jobs=n_jobs,
         device_ids=gpus, memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=seed,
         deterministic=deterministic,
         early_stopping_rounds=early_stopping_rounds, early_stopping_gap=early_stopping_gap,
-        validation_metric=validation_metric if loss == "logistic" else "auc",
+        validation_metric=validation_metric,
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)
-    train_data = Dataset(data)  # fail on a bad file before any work, with its name
-    test_data = Dataset(test) if test else None
+    # fail on a bad file before any work, with its name; targets as the loss reads them
+    targets = "real" if loss == "squared" else "class"
+    train_data = Dataset(data, targets=targets)
+    test_data = Dataset(test, targets=targets) if test else None
+    if loss != "squared":
+        for one in (train_data, test_data):
+            if one is not None:
+                check_class_labels(one)
     # Every input converted the way the training data was, checked before the first epoch by
     # the rule of every scorer (`evaluate`, `predict`).
     train_map = featuremap.of_data(train_data)
@@ -266,10 +324,12 @@ def train(
     progress = Progress(max_iter=max_iter, tol=tol, quiet=quiet)
     history: list[dict] = []
 
+    test_metric = TEST_METRIC[loss]
+
     def on_epoch(rec, coef, intercept):
         row = _record(rec)
         if test_data is not None and coef is not None:
-            row["test_logloss"] = _test_logloss(test_data, coef, intercept)
+            row[f"test_{test_metric}"] = _test_metric(test_metric, test_data, coef, intercept)
         history.append(row)
         progress.update(row)
 
@@ -322,7 +382,8 @@ def train(
                 "params": params,
                 "converged": converged,
                 "stopped_early": est.stopped_early_,
-                "n_iter": int(est.n_iter_[0]),
+                "n_iter": n_iter(est),
+                "loss": loss,
                 "kept_epoch": kept_epoch(est),
                 "streamed": getattr(est, "streamed_", None),
                 "cache_format": getattr(est, "cache_format_", None),
@@ -347,8 +408,13 @@ def train(
 @click.command()
 @MODEL
 @DATA
-@out_option("PRED", "Parquet file to write: 'probability' per row, in DATA's row order.")
-@click.option("--labels", is_flag=True, help="Also write 'predicted_label' (0/1, threshold 0.5).")
+@out_option(
+    "PRED",
+    "Parquet file to write, one row per row of DATA in its order: "
+    "'probability' (logistic), 'decision' (an SVM's margin) or 'prediction' (ridge).",
+)
+@click.option("--labels", is_flag=True, help="Also write a classifier's 'predicted_label' (0/1: "
+              "probability above 0.5, margin above 0).")  # fmt: skip
 @click.option(
     "--id-column",
     metavar="NAME",
@@ -358,9 +424,8 @@ def train(
 @FORCE
 @JSON
 def predict(model, data, out, labels, id_column, force, json_path):
-    """Write MODEL's probabilities for the rows of DATA (labels not needed) to a Parquet file,
-    one chunk at a time."""
-    import snapfit
+    """Write MODEL's probabilities (an SVM's margins, a ridge model's predictions) for the rows
+    of DATA (labels not needed) to a Parquet file, one chunk at a time."""
     from snapfit import featuremap
     from snapfit.data import check_output
     from snapfit.datasets.featurize import is_raw
@@ -368,7 +433,9 @@ def predict(model, data, out, labels, id_column, force, json_path):
 
     start = time.perf_counter()
     check_output(out, [data, model], force=force)
-    est = snapfit.load(model)
+    est = load_any(model)
+    if labels and est._loss_name() == "squared":
+        raise click.UsageError("--labels is for classifiers; a ridge model predicts numbers.")
     if is_raw(data, featuremap.of_model(est)):  # a CSV / TSV / table: featurized as convert did
         rows = predict_raw_to_parquet(est, data, out, labels=labels, id_column=id_column)
     else:
@@ -398,14 +465,15 @@ def predict(model, data, out, labels, id_column, force, json_path):
 )
 @JSON
 def evaluate(model, data, memory_budget, auc_tol, json_path):
-    """Log loss, ROC AUC, accuracy and calibration of MODEL on labelled DATA, streaming."""
-    import snapfit
+    """The metrics of MODEL's loss on labelled DATA, streaming: log loss, ROC AUC, accuracy and
+    calibration (logistic); accuracy, mean hinge loss and ROC AUC (SVMs); RMSE, MAE and R²
+    (ridge, on real targets)."""
     from snapfit.metrics import BudgetError
     from snapfit.scoring import evaluate as run
     from snapfit.scoring import open_for
 
     start = time.perf_counter()
-    est = snapfit.load(model)
+    est = load_any(model)
     try:
         m = run(est, open_for(est, data), memory_budget=memory_budget, tol=auc_tol)
     except BudgetError as e:
@@ -416,7 +484,7 @@ def evaluate(model, data, memory_budget, auc_tol, json_path):
     if json_path == "-":
         return
     click.echo(table(metric_rows(m) + [("time", f"{seconds:.2f} s")]))
-    if m["auc"] is not None and m["auc_error_bound"] > auc_tol:
+    if m.get("auc") is not None and m["auc_error_bound"] > auc_tol:
         click.echo(
             f"Warning: the AUC error bound {m['auc_error_bound']:.1e} exceeds --auc-tol "
             f"{auc_tol:g}; raise --memory-budget for a tighter AUC.",

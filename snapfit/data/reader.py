@@ -280,7 +280,8 @@ class Dataset(ChunkedDataset):
         Check every chunk as it is read (index range, finite values, labels, weights).
     targets : {"auto", "class", "real"}, default "auto"
         How chunks carry the ``label`` column: "class" as ±1 (0/1 or -1/+1 required), "real"
-        as float32 targets (any numbers, for a regressor), "auto" as :attr:`target_kind` says.
+        as float32 targets (any numbers, for a regressor), "auto" as real targets when a file's
+        ``snapfit.target`` metadata says "real", else as classes.
 
     Attributes
     ----------
@@ -314,7 +315,7 @@ class Dataset(ChunkedDataset):
 
     def _plan(self, n_features, require_labels, targets="auto"):
         chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
-        self.target_kind, self.target_note = None, ""
+        self.target_kind, self.target_note, recorded_real = None, "", False
         stored = []  # each row group's compressed bytes (the stream's plan reads them here)
         self.metadata: dict[str, object] = {}
         for file in self.files:
@@ -323,6 +324,7 @@ class Dataset(ChunkedDataset):
             _check_schema(file, schema, targets)
             kv = decode_metadata(pf.metadata.metadata)
             kind, why = _label_kind(schema, pf.metadata, kv)
+            recorded_real |= kv.get(KEY_TARGET.removeprefix("snapfit.")) == "real"
             if kind is not None and self.target_kind != "real":
                 where = f"{os.path.basename(file)}: " if len(self.files) > 1 else ""
                 self.target_kind, self.target_note = kind, (where + why if why else "")
@@ -358,8 +360,9 @@ class Dataset(ChunkedDataset):
                 "either all labelled or all unlabelled, split the file list."
             )
         self.has_labels = bool(label_files)
-        #: How chunks carry the labels: "real" (float32 targets) or "class" (±1).
-        self.targets = targets if targets != "auto" else (self.target_kind or "class")
+        #: How chunks carry the labels: "real" (float32 targets) or "class" (±1); "auto" reads
+        #: real targets where snapfit recorded them (statistics alone only warn a classifier).
+        self.targets = targets if targets != "auto" else ("real" if recorded_real else "class")
         if require_labels and not self.has_labels:
             raise DataError(
                 f"{self.files[0]}: has no 'label' column (unlabelled, e.g. a Criteo test file); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 
 from snapfit.data.reader import Dataset, _open, resolve_files
 from snapfit.data.schema import DEFAULT_ROW_GROUP_ROWS, INDICES, WEIGHT
@@ -55,7 +56,8 @@ def convert_parquet(
     """Re-write a Parquet dataset (file, directory or glob) as one checked snapfit file.
 
     Every chunk is validated on the way (the reader's checks), so this is also how to vet a
-    file from another writer, or to change its row-group size. Labels are written as int8 ±1.
+    file from another writer, or to change its row-group size. Labels are written as int8 ±1,
+    or as float32 when the files record real targets (``snapfit.target``).
     """
     files = resolve_files(input)
     if files and INDICES not in (names := _open(files[0]).schema_arrow.names):
@@ -63,7 +65,8 @@ def convert_parquet(
             f"{files[0]}: has no 'indices' column (columns: {', '.join(names) or 'none'}); for "
             "a table of named columns, convert with --format table --label NAME (convert_table)."
         )
-    ds = Dataset(input, require_labels=False)
+    ds = Dataset(input, require_labels=False, targets="auto")
+    real = ds.has_labels and ds.targets == "real"
     out = check_output(output, ds.files, force=force)
     has_values = any(ds.has_values_in(f) for f in ds.files)
     has_weight = any(WEIGHT in ds._columns[f] for f in ds.files)
@@ -78,6 +81,7 @@ def convert_parquet(
             has_labels=ds.has_labels,
             has_values=has_values,
             has_weight=has_weight,
+            label_type=pa.float32() if real else None,
             row_group_rows=row_group_rows,
             provenance=provenance,
         )
@@ -89,7 +93,7 @@ def convert_parquet(
                 weight = chunk.weight
                 if has_weight and weight is None:
                     weight = np.ones(chunk.n_rows, np.float32)
-                labels = chunk.y.astype(np.int8) if ds.has_labels else None
+                labels = chunk.y if real else chunk.y.astype(np.int8) if ds.has_labels else None
                 writer.append(chunk.indptr, chunk.indices, values, labels, weight)
     nnz = sum(writer.row_group_nnz)
     return ConvertReport(out, writer.n_rows, nnz, len(writer.row_group_nnz), 0, [])
@@ -106,6 +110,7 @@ def convert(
     skip_bad_rows: int = 0,
     zero_based: bool | str = "auto",
     n_features: int | None = None,
+    target: str | None = None,
     **table,
 ) -> ConvertReport:
     """Convert Criteo TSV, svmlight, Parquet or a table of named columns to snapfit Parquet (see
@@ -115,25 +120,29 @@ def convert(
     ``n_features`` (the width of the training data, for a test file whose largest index is
     smaller) to svmlight; ``table`` holds :func:`convert_table`'s options (``label`` is
     required) and needs ``format="table"``: a table is never detected, its label column must be
-    named.
+    named. ``target``: for svmlight "auto" (default), "class" or "real" (``convert_svmlight``);
+    for a table the numeric target column, in place of ``label`` (``convert_table``).
     """
     fmt = format or detect_format(input)
+    if target is not None and fmt not in ("svmlight", "table"):
+        raise ValueError(f"target applies to formats 'svmlight' and 'table' only, not {fmt!r}.")
     extra = {} if row_group_rows is None else {"row_group_rows": row_group_rows}
     if n_features is not None and fmt != "svmlight":
         raise ValueError(f"n_features applies to format 'svmlight' only, not {fmt!r}.")
     if table and fmt != "table":
         raise ValueError(f"{', '.join(table)} apply to format 'table' only, not {fmt!r}.")
     if fmt == "table":
-        if "label" not in table:
+        if "label" not in table and target is None:
             raise ValueError("format 'table' needs label= (None for a table without labels).")
-        return convert_table(input, output, hash_bits=hash_bits, force=force, **table, **extra)
+        return convert_table(input, output, hash_bits=hash_bits, force=force, target=target,
+                             **table, **extra)  # fmt: skip
     if fmt == "criteo":
         return convert_criteo(
             input, output, hash_bits=hash_bits, force=force, skip_bad_rows=skip_bad_rows, **extra
         )
     if fmt == "svmlight":
         return convert_svmlight(input, output, zero_based=zero_based, n_features=n_features,
-                                force=force, **extra)  # fmt: skip
+                                force=force, target=target or "auto", **extra)  # fmt: skip
     if fmt == "parquet":
         return convert_parquet(input, output, force=force, **extra)
     raise ValueError(f"format is {fmt!r}; choose one of {', '.join(FORMATS)}.")

@@ -184,10 +184,12 @@ def feature_map(
 
 
 class _Hasher:
-    """Turns record batches into CSR arrays under one feature map."""
+    """Turns record batches into CSR arrays under one feature map; ``real``: the label column
+    is a numeric regression target (float32), not 0/1 labels."""
 
-    def __init__(self, fmap: FeatureMap):
+    def __init__(self, fmap: FeatureMap, real: bool = False):
         self.fmap = fmap
+        self.real = real
         self.mask = np.uint64((1 << fmap.hash_bits) - 1)
         self.slots = [key_index(x, fmap.hash_bits) for x in fmap.numeric]
         self.n_fields = len(fmap.categorical) + len(fmap.numeric) + len(fmap.crosses)
@@ -241,7 +243,9 @@ class _Hasher:
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.count_nonzero(present, axis=1), out=indptr[1:])
         labels = weight = None
-        if fmap.label is not None:
+        if fmap.label is not None and self.real:
+            labels = self._target(batch.column(fmap.label), place)
+        elif fmap.label is not None:
             labels = labels01(batch.column(fmap.label), fmap.label, place, self.seen)
         if fmap.weight is not None:
             weight = self._weight(batch.column(fmap.weight), place)
@@ -298,6 +302,21 @@ class _Hasher:
                 "use the log1p transform or rescale the column."
             )
 
+    def _target(self, arr: pa.Array, place: Place) -> np.ndarray:
+        name = self.fmap.label
+        t = numbers(arr, name, place, "target")
+        with np.errstate(over="ignore"):
+            out = t.astype(np.float32)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            shown = "nothing (empty)" if np.isnan(t[i]) else f"{t[i]:g}"
+            raise DataError(
+                f"{place(i)}: target column '{name}' holds {shown}; every row needs a finite "
+                "number within float32's range, fill or drop the row."
+            )
+        return out
+
     def _weight(self, arr: pa.Array, place: Place) -> np.ndarray:
         name = self.fmap.weight
         w = numbers(arr, name, place, "weight")
@@ -316,7 +335,8 @@ def convert_table(
     input,
     output,
     *,
-    label: str | None,
+    label: str | None = None,
+    target: str | None = None,
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     force: bool = False,
     delimiter: str | None = None,
@@ -332,8 +352,12 @@ def convert_table(
     output : str or path
         Parquet file to write (atomically; refused if it exists unless ``force``).
     label : str or None
-        Label column: 0/1, -1/+1 or booleans (or their text); written as int8 0/1. None writes
-        an unlabelled file (data to score).
+        Label column: 0/1, -1/+1 or booleans (or their text); written as int8 0/1. None (and no
+        ``target``) writes an unlabelled file (data to score).
+    target : str or None
+        Instead of ``label``: a numeric target column (numbers or their text; every row needs
+        one), written as the float32 ``label`` with ``snapfit.target`` "real", for a regressor
+        (``snapfit.Ridge``, ``snapfit train --loss squared``).
     weight, categorical, numeric, crosses, numeric_transform, hash_bits
         ``feature_map``'s keywords (``**columns``), passed on as given:
     weight : str, optional
@@ -364,19 +388,24 @@ def convert_table(
         or boolean, text that is not a number in a numeric or weight column, an empty input.
         Rows are named as ``file, line N`` (CSV) or ``file, row N`` (Parquet, from 0).
     """
+    if label is not None and target is not None:
+        raise ValueError("give label (classes) or target (real values), not both.")
     table = open_table(input, delimiter)
     src = os.fspath(input) if not isinstance(input, (list, tuple)) else os.fspath(input[0])
-    fmap = feature_map(src, table.types, label=label, **columns)
+    fmap = feature_map(src, table.types, label=label if target is None else target, **columns)
     out = check_output(output, table.files, force=force)
-    hasher = _Hasher(fmap)
+    hasher = _Hasher(fmap, real=target is not None)
     rows = max(1024, min(1 << 16, _CELLS_PER_BATCH // max(hasher.n_fields, 1)))
     provenance = fmap.provenance(os.path.basename(os.path.normpath(src)))
+    if target is not None:
+        provenance["target"] = "real"
     n_rows = 0
     with atomic_output(out) as tmp:
         writer = ChunkWriter(
             tmp,
             n_features=1 << fmap.hash_bits,
-            has_labels=label is not None,
+            has_labels=fmap.label is not None,
+            label_type=pa.float32() if target is not None else None,
             has_values=bool(fmap.numeric),
             has_weight=columns.get("weight") is not None,
             row_group_rows=row_group_rows,

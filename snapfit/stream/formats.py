@@ -35,6 +35,7 @@ class Shape:
     has_values: bool
     has_weight: bool
     index_bytes: int
+    label_bytes: int = 1  # a compact record's labels: int8 +-1, or float32 real targets
 
 
 class Raw:
@@ -62,8 +63,8 @@ class Compact:
 
     def nbytes(self, rows, nnz, n_valued, shape: Shape, ratio: float = 1.0):
         return record_format.nbytes(rows, nnz, n_valued, index_bytes=shape.index_bytes,
-                                    has_values=shape.has_values,
-                                    has_weight=shape.has_weight)  # fmt: skip
+                                    has_values=shape.has_values, has_weight=shape.has_weight,
+                                    label_bytes=shape.label_bytes)  # fmt: skip
 
     def encode(self, parts: list[np.ndarray], shape: Shape) -> tuple[list[np.ndarray], int]:
         it = iter(parts)

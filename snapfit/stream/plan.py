@@ -65,7 +65,8 @@ def cache_bytes(stats: DataStats, fmt: str, id_bound: int) -> int:
     """Estimated bytes of the cache file in format ``fmt`` (``snapfit.stream.formats``), the
     sampled valued share given a 5 % margin."""
     share = min(1.0, 1.05 * stats.valued_share) if stats.has_values else 0.0
-    shape = Shape(stats.has_values, stats.has_weight, record_format.index_width(id_bound))
+    shape = Shape(stats.has_values, stats.has_weight, record_format.index_width(id_bound),
+                  label_bytes=4 if stats.real_targets else 1)  # fmt: skip
     size = FORMATS[fmt].nbytes(stats.n_rows, stats.nnz, int(share * stats.nnz), shape,
                                stats.lz4_ratio)  # fmt: skip
     return int(size)

@@ -32,6 +32,7 @@ class DataStats:
     pieces of all files); ``valued_share``: of the sampled stored values, the share that is not
     1.0; ``lz4_ratio``: how many times lz4 shrinks the sample's compact records cut into
     ``sample_piece_rows``-row pieces. ``on_files``: False for data already in memory.
+    ``real_targets``: the labels are read as real targets (float32 in a compact record).
     """
 
     n_features: int
@@ -44,6 +45,7 @@ class DataStats:
     lz4_ratio: float = 1.0
     sample_piece_rows: int = 4096
     on_files: bool = True
+    real_targets: bool = False
 
     # derived once, plain attributes: the planner reads them without calling back here
     n_rows: int = field(init=False)
@@ -78,7 +80,8 @@ class DataStats:
         else:
             has_values, has_weight, stored = _footers(files, refs)
         stats = cls(int(dataset.n_features), rows, nnz, has_values, has_weight, tuple(stored),
-                    sample_piece_rows=int(piece_rows))  # fmt: skip
+                    sample_piece_rows=int(piece_rows),
+                    real_targets=getattr(dataset, "targets", "class") == "real")  # fmt: skip
         if not sample:
             return stats
         share, ratio = _sample(dataset, stats, int(piece_rows), id_bound or dataset.n_features)

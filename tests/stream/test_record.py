@@ -32,6 +32,8 @@ def pieces(draw):
     values = np.where(ones, np.float32(1), rng.normal(size=nnz).astype(np.float32))
     values[rng.random(nnz) < 0.05] = 0.0  # explicit zeros are values too
     y = np.where(rng.random(n) < 0.3, 1, -1).astype(np.float32)
+    if draw(st.booleans()):  # real regression targets (a record keeps them as float32)
+        y = (rng.normal(size=n) * 10.0 ** draw(st.integers(-3, 6))).astype(np.float32)
     weight = rng.random(n).astype(np.float32)
     sqnorm = rng.random(n).astype(np.float32)
     return np.cumsum(lengths).astype(np.int64), indices, values, y, weight, sqnorm, 2**bits
@@ -51,9 +53,10 @@ def test_expand_undoes_encode_exactly(piece, has_values, has_weight):
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
     n_valued = int((values != 1).sum()) if has_values else 0
+    pm1 = bool(np.all(np.abs(y) == 1))
     assert len(rec) <= R.nbytes(len(y), len(indices), n_valued, index_bytes=width,
                                 has_values=has_values, has_weight=has_weight,
-                                length_bytes=4)  # fmt: skip
+                                length_bytes=4, label_bytes=1 if pm1 else 4)  # fmt: skip
 
 
 def _epoch(src, seed):
@@ -184,7 +187,8 @@ def test_every_format_expands_what_it_encodes(piece, has_values, has_weight, nam
     """Each cache format stores a piece and gives back the raw record's arrays bit for bit;
     its ``nbytes`` bounds what raw and compact store (lz4's is an estimate from a ratio)."""
     indptr, indices, values, y, weight, sqnorm, n_features = piece
-    shape = Shape(has_values, has_weight, R.index_width(n_features))
+    real = not np.all(np.abs(y) == 1)  # real targets: a compact record's labels are float32
+    shape = Shape(has_values, has_weight, R.index_width(n_features), label_bytes=4 if real else 1)
     want = [indptr, indices] + ([values] if has_values else []) + [y]
     want += ([weight] if has_weight else []) + [sqnorm]
     fmt = FORMATS[name]

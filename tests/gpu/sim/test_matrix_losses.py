@@ -1,10 +1,11 @@
 """The composition matrix's local cells for the losses beside logistic: the squared hinge
-(``LinearSVC``) and the squared loss (``Ridge``), through their estimators, reach the in-memory
-CPU optimum within 1e-6 from arrays and from Parquet streamed under a budget below a third of
-its decoded size, on the GPU alone and on the GPU with a CPU thread taking the residue (the
-matrix itself, ``test_matrix.py``, runs logistic in every cell). The hinge needs ~8x the
-squared hinge's epochs on this data (77 against 9 at C = 0.02), past a cell's 4-minute alarm in
-the simulator: its GPU pass is checked against the CPU's in ``test_kernels.py``."""
+(``LinearSVC``) and the squared loss (``Ridge``, real targets in the Parquet label), through
+their estimators, reach the in-memory CPU optimum within 1e-6 from arrays and from Parquet
+streamed under a budget below a third of its decoded size, on the GPU alone and on the GPU
+with a CPU thread taking the residue (the matrix itself, ``test_matrix.py``, runs logistic in
+every cell). The hinge needs ~8x the squared hinge's epochs on this data (77 against 9 at
+C = 0.02), past a cell's 4-minute alarm in the simulator: its GPU pass is checked against the
+CPU's in ``test_kernels.py``."""
 
 from __future__ import annotations
 
@@ -53,12 +54,20 @@ def test_linear_svc_cells(data, loss, inputs, devices):
 
 
 @pytest.mark.parametrize("devices", DEVICES)
-def test_ridge_cells(data, devices):
+@pytest.mark.parametrize("inputs", ["arrays", "streamed"])
+def test_ridge_cells(data, inputs, devices, tmp_path):
     X, y, _ = data
     target = np.asarray(X @ np.linspace(-1, 1, 64), dtype=np.float32) + y
     ref = snapfit.Ridge(alpha=10.0, device="cpu", tol=1e-10, max_iter=3000, random_state=0)
     ref = ref.fit(X, target).history_[-1]["primal"]
-    est = snapfit.Ridge(alpha=10.0, tol=1e-7, max_iter=300, random_state=0, **DEVICES[devices])
-    last = est.fit(X, target).history_[-1]
-    assert last["exact"]
+    est = snapfit.Ridge(alpha=10.0, tol=1e-7, max_iter=300, random_state=0, memory_budget=BUDGET,
+                        **DEVICES[devices])  # fmt: skip
+    if inputs == "streamed":  # real targets in the Parquet label column
+        path = tmp_path / "real.parquet"
+        write_parquet(path, X, target, row_group_rows=25, targets="real")
+        est.fit(str(path))
+    else:
+        est.fit(X, target)
+    last = est.history_[-1]
+    assert last["exact"] and est.streamed_ == (inputs == "streamed")
     assert abs(last["primal"] - ref) <= 1e-6 * abs(ref), (last["primal"], ref)
