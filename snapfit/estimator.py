@@ -27,7 +27,6 @@ from snapfit import model as model_io
 from snapfit.data import check_two_classes
 from snapfit.data.validate import check_class_labels
 from snapfit.engine.source import InMemorySource
-from snapfit.errors import DataError
 from snapfit.inputs import (
     as_dataset,
     class_bounds,
@@ -426,22 +425,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     @staticmethod
     def _more_classes(dataset):
-        """``(classes, rows of each)`` when the data's labels are more than two classes (whole
-        numbers), None for two (0/1 or ±1: the footers' statistics say so without a read).
-        Labels that are not whole numbers are a regressor's targets: refused in one line."""
-        if not dataset.has_labels or dataset.target_kind != "real":
-            return None
-        if "snapfit.target = real" in dataset.target_note:  # written as a regressor's targets
-            check_class_labels(dataset)
-        values, counts = dataset.label_values()
-        if not np.array_equal(values, np.round(values)):
-            check_class_labels(dataset)
-        if len(values) < 3:
-            raise DataError(
-                f"{dataset.source}: labels {values.tolist()} are two classes; write them as 0/1 "
-                "or -1/+1."
-            )
-        return values.astype(np.int64), counts
+        """``(classes, rows of each)`` when the data's labels are more than two classes, None
+        for two (``check_class_labels``: real-valued targets are refused in one line)."""
+        return check_class_labels(dataset) if dataset.has_labels else None
 
     # -- what both doors (this one and the Dask one) share ---------------------------------
     def _seed(self) -> int:
@@ -593,7 +579,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 from snapfit.scoring import raw_scores
 
                 return raw_scores(self, X)
-        dataset = as_dataset(X, require_labels=False)
+        dataset = as_dataset(X, require_labels=False, targets="real")  # labels: not used
         if dataset is not None:
             from snapfit.scoring import check_map, iter_scores
 

@@ -26,10 +26,22 @@ def open_for(model, path, *, require_labels: bool = True) -> Dataset:
 
     real = _loss(model) == "squared"
     data = Dataset(path, require_labels=require_labels, targets="real" if real else "auto")
+    if _n_problems(model) > 1:  # one-vs-rest: labels read as indices into the model's classes
+        return _checked(model, data.with_classes(model.classes_) if data.has_labels else data)
     if require_labels and not real:
         check_class_labels(data)
     check_map(model, data)
     return data
+
+
+def _checked(model, data):
+    check_map(model, data)
+    return data
+
+
+def _n_problems(model) -> int:
+    """K for a one-vs-rest model over K classes, else 1."""
+    return int(np.atleast_2d(model.coef_).shape[0])
 
 
 def _loss(model) -> str:
@@ -79,8 +91,31 @@ def evaluate(model, data: Dataset, *, memory_budget: int, tol: float = 1e-4) -> 
     """The metrics of ``model``'s loss on ``data`` (``metrics.evaluate_batches``): log loss,
     accuracy, calibration and ROC AUC; an SVM's accuracy, hinge loss and AUC; a ridge model's
     RMSE, MAE and R²."""
+    if _n_problems(model) > 1:
+        return _evaluate_classes(model, data)
     return evaluate_batches(lambda: iter_scores(model, data), n_rows=data.n_rows,
                             memory_budget=memory_budget, tol=tol, loss=_loss(model))  # fmt: skip
+
+
+def _evaluate_classes(model, data: Dataset) -> dict:
+    """Accuracy (and for logistic regression the log loss of the one-vs-rest probabilities,
+    normalized over the classes as ``predict_proba``) of a model over K > 2 classes, in one
+    pass; labels are class indices (``open_for``)."""
+    from scipy.special import expit
+
+    n = right = logloss = 0.0
+    for s, y, w in iter_scores(model, data):
+        w = np.ones(len(y)) if w is None else w.astype(np.float64)
+        idx = y.astype(np.int64)
+        right += float(w @ (np.argmax(s, axis=1) == idx))
+        p = expit(s)
+        p /= p.sum(axis=1, keepdims=True)
+        logloss -= float(w @ np.log(np.maximum(p[np.arange(len(idx)), idx], 1e-300)))
+        n += float(w.sum())
+    out = {"rows": data.n_rows, "classes": len(model.classes_), "accuracy": right / max(n, 1e-300)}
+    if _loss(model) == "logistic":
+        out["logloss"] = logloss / max(n, 1e-300)
+    return out
 
 
 def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
@@ -93,7 +128,9 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
     name, out_of = output_of(model)
     fields = [pa.field(name, pa.float64(), nullable=False)]
     if labels:
-        fields.append(pa.field("predicted_label", pa.int8(), nullable=False))
+        label_type = pa.int8() if _n_problems(model) == 1 else pa.from_numpy_dtype(
+            np.asarray(model.classes_).dtype)  # fmt: skip
+        fields.append(pa.field("predicted_label", label_type, nullable=False))
     if id_column is not None:
         data.check_column(id_column)
         id_type = pq.ParquetFile(data.files[0]).schema_arrow.field(id_column).type
@@ -105,7 +142,7 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
             for k, (s, _, _) in enumerate(iter_scores(model, data)):
                 cols = [pa.array(out_of(s))]
                 if labels:
-                    cols.append(pa.array((s > 0).astype(np.int8)))
+                    cols.append(pa.array(predicted(model, s)))
                 if id_column is not None:
                     cols.insert(0, data.read_column(k, id_column).cast(id_type))
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))
@@ -115,11 +152,25 @@ def predict_to_parquet(model, data: Dataset, out, *, labels: bool = False,
 
 def output_of(model):
     """``(column name, scores -> column)`` of predictions: a logistic model's probability, an
-    SVM's margin (``decision``), a ridge model's prediction."""
+    SVM's margin (``decision``), a ridge model's prediction. Over K > 2 classes: the predicted
+    class's (its one-vs-rest probability normalized over the classes, or its margin)."""
     loss = _loss(model)
+    if _n_problems(model) > 1:
+        from scipy.special import expit
+
+        if loss == "logistic":
+            return "probability", lambda s: expit(s).max(1) / expit(s).sum(1)
+        return "decision", lambda s: s.max(axis=1)
     if loss == "logistic":
         return "probability", lambda s: 0.5 * (1.0 + np.tanh(0.5 * s))
     return ("prediction" if loss == "squared" else "decision"), lambda s: s
+
+
+def predicted(model, s: np.ndarray) -> np.ndarray:
+    """Predicted labels from scores: 0/1 (int8) for two classes, the class itself for more."""
+    if s.ndim == 2:
+        return np.asarray(model.classes_)[np.argmax(s, axis=1)]
+    return (s > 0).astype(np.int8)
 
 
 def raw_scores(model, X) -> np.ndarray:
@@ -148,7 +199,7 @@ def predict_raw_to_parquet(model, source, out, *, labels: bool = False,
                 cols = [pa.array(out_of(s))]
                 names = [name]
                 if labels:
-                    cols.append(pa.array((s > 0).astype(np.int8)))
+                    cols.append(pa.array(predicted(model, s)))
                     names.append("predicted_label")
                 if id_column is not None:
                     cols.insert(0, batch.ids)

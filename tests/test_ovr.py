@@ -2,6 +2,7 @@
 equal K binary fits of the same seed, reach liblinear's one-vs-rest optimum, and read the data
 once per epoch; any K labels; predictions, probabilities, model files, warm starts."""
 
+import json
 import warnings
 
 import numpy as np
@@ -251,3 +252,37 @@ def test_parquet_labels_errors(tmp_path):
         snapfit.LinearSVC().fit(two)
     with pytest.raises(DataError, match="not a whole number"):
         write_parquet(tmp_path / "bad.parquet", X, y, targets="classes")
+
+
+def test_cli_trains_evaluates_and_predicts_more_than_two_classes(tmp_path):
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from snapfit.cli import cli
+
+    X, y01 = make_criteo_like(4000, seed=3, hash_bits=12)
+    y = np.where(y01 == 1, 7, np.random.default_rng(0).choice([-2, 3], 4000))
+    train = write_parquet(tmp_path / "tr.parquet", X[:3000], y[:3000], targets="classes")
+    test = write_parquet(tmp_path / "te.parquet", X[3000:], y[3000:], targets="classes")
+    run = CliRunner().invoke
+    out = tmp_path / "m.npz"
+    r = run(cli, ["train", train, "--out", str(out), "--C", "0.1", "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    est = estimator_io.load(out)
+    assert est.classes_.tolist() == [-2, 3, 7] and est.coef_.shape[0] == 3
+    r = run(cli, ["evaluate", str(out), test, "--json", "-"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)
+    assert m["classes"] == 3
+    assert m["accuracy"] == pytest.approx(est.score(X[3000:], y[3000:]), abs=1e-12)
+    proba = est.predict_proba(X[3000:])
+    want = -np.mean(np.log(proba[np.arange(1000), np.searchsorted(est.classes_, y[3000:])]))
+    assert m["logloss"] == pytest.approx(want, rel=1e-9)
+    pred = tmp_path / "p.parquet"
+    r = run(cli, ["predict", str(out), test, "--out", str(pred), "--labels"])
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(pred)
+    np.testing.assert_array_equal(t["predicted_label"].to_numpy(), est.predict(X[3000:]))
+    np.testing.assert_allclose(t["probability"].to_numpy(), proba.max(axis=1), rtol=1e-12)
+    r = run(cli, ["train", train, "--out", str(tmp_path / "x.npz"), "--test", test])
+    assert r.exit_code == 2 and "more than two classes" in r.output

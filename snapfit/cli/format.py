@@ -47,6 +47,12 @@ def budget_error(e: Exception):
 def metric_rows(m: dict, prefix: str = "") -> list[tuple[str, str]]:
     """The metrics of ``snapfit.scoring.evaluate`` as rows: a ridge model's RMSE, MAE and R²,
     an SVM's accuracy, hinge losses and AUC, else log loss, AUC, accuracy and calibration."""
+    if "classes" in m:  # one-vs-rest over K > 2 classes
+        rows = [(f"{prefix}rows", f"{m['rows']}"), (f"{prefix}classes", f"{m['classes']}"),
+                (f"{prefix}accuracy", f"{m['accuracy']:.6f}")]  # fmt: skip
+        if "logloss" in m:
+            rows.append((f"{prefix}logloss", f"{m['logloss']:.6f} (one-vs-rest, normalized)"))
+        return rows
     if "rmse" in m:
         r2 = "undefined (constant targets)" if m["r2"] is None else f"{m['r2']:.6f}"
         return [(f"{prefix}rows", f"{m['rows']}"), (f"{prefix}RMSE", f"{m['rmse']:.6g}"),

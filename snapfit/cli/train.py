@@ -311,8 +311,11 @@ def train(
     test_data = Dataset(test, targets=targets) if test else None
     if loss != "squared":
         for one in (train_data, test_data):
-            if one is not None:
-                check_class_labels(one)
+            if one is not None and check_class_labels(one) is not None and test:
+                raise click.UsageError(
+                    f"{one.source} holds more than two classes: --test scores two per epoch; "
+                    "train without it and score the model with `snapfit evaluate`."
+                )
     # Every input converted the way the training data was, checked before the first epoch by
     # the rule of every scorer (`evaluate`, `predict`).
     train_map = featuremap.of_data(train_data)

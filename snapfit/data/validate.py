@@ -139,16 +139,33 @@ def class_codes(labels: np.ndarray, where: Where, classes: np.ndarray,
     return idx.astype(np.float32)
 
 
-def check_class_labels(data, *, name: str | None = None) -> None:
-    """Refuse, before any work, a dataset whose labels are real-valued targets (its metadata or
-    its label column's statistics say so): a classifier would fail on its first row."""
+def check_class_labels(data, *, name: str | None = None):
+    """A classifier's labels, checked before any work: None for two classes (0/1 or ±1, which
+    the footers' statistics say without a read), ``(classes, rows of each)`` for more (whole
+    numbers beyond -1, 0, 1: one-vs-rest; the label column is read). Real-valued targets (the
+    metadata says so, or a label is not a whole number) are refused in one line, as are two
+    classes other than 0/1 and ±1."""
     if getattr(data, "target_kind", None) != "real":
-        return
-    raise DataError(
-        f"{name or data.source}: holds real-valued targets ({data.target_note}), not class "
-        "labels 0/1 or -1/+1; fit a regressor (snapfit.Ridge, `snapfit train --loss squared`), "
-        "or convert the data with class labels."
-    )
+        return None
+    name = name or data.source
+
+    def refuse():
+        raise DataError(
+            f"{name}: holds real-valued targets ({data.target_note}), not class labels; fit a "
+            "regressor (snapfit.Ridge, `snapfit train --loss squared`), or convert the data "
+            "with class labels."
+        )
+
+    if "snapfit.target = real" in data.target_note:  # written as a regressor's targets
+        refuse()
+    values, counts = data.label_values()
+    if not np.array_equal(values, np.round(values)):
+        refuse()
+    if len(values) < 3:
+        raise DataError(
+            f"{name}: labels {values.tolist()} are two classes; write them as 0/1 or -1/+1."
+        )
+    return values.astype(np.int64), counts
 
 
 def check_weight(weight: np.ndarray | None, where: Where) -> None:
