@@ -9,9 +9,11 @@ every loss code of ``dual.LOSSES``.
 Why ``r``: the primal gradient at ``w`` is ``grad P(w) = w - sum_i p_i y_i x_i`` with ``p_i``
 the dual point paired with ``w`` (``dual.alpha_at``: ``C_i / (1 + exp(m_i))`` for logistic;
 ``p_i x_i`` without ``y_i`` for the squared loss), and since ``w = w(alpha)`` it splits over the
-parts as ``sum_k r_k`` with ``r_k = sum_{i in k} (a_i - p_i) y_i x_i``. The hinge is not
-differentiable at margin 1: there ``p_i`` is a subgradient's, and the driver's acceptance test
-(a round must lower the exact gap) keeps a poor correction from costing more than its round.
+parts as ``sum_k r_k`` with ``r_k = sum_{i in k} (a_i - p_i) y_i x_i``. The hinge has no
+gradient at margin 1, where its free rows (``0 < a_i < C``) sit at the optimum: such a row pairs
+with its own ``a_i`` (a subgradient's choice), so ``r`` vanishes at the optimum as it does for
+the smooth losses (pairing it with ``alpha_at``'s 0 or ``C`` had the driver reject half of the
+rounds); the driver's acceptance test guards the rest.
 """
 
 from __future__ import annotations
