@@ -56,24 +56,27 @@ def _test_logloss(data, coef, intercept: float) -> float:
                         for c in data.iter_chunks())  # fmt: skip
 
 
-def _check_loss(loss: str, scored_or_dask) -> None:
-    """The losses beside logistic train from DATA alone for now (a usage error otherwise)."""
+def _check_loss(loss: str, scored) -> None:
+    """The SVM losses train from DATA on one machine or a Dask cluster, unscored for now (a
+    usage error otherwise)."""
     if loss == "squared":
         raise click.UsageError(
             "--loss squared fits real targets, which snapfit's Parquet format does not carry "
             "yet; fit snapfit.Ridge on arrays instead."
         )
-    if loss != "logistic" and scored_or_dask:
+    if loss != "logistic" and scored:
         raise click.UsageError(
-            f"--loss {loss} trains from DATA alone for now: --test, --validation, --scheduler "
-            "and --workers score or train logistic models only."
+            f"--loss {loss} trains from DATA alone for now: --test and --validation score "
+            "logistic models only."
         )
 
 
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
-    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
-    local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
-    from snapfit.dask import DaskLogisticRegression, cluster_client
+    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator (a
+    ``LinearSVC`` for ``est`` one). A new local cluster for ``device="gpu"`` is dask-cuda's (one
+    worker per GPU) when installed."""
+    from snapfit import LinearSVC
+    from snapfit.dask import DaskLinearSVC, DaskLogisticRegression, cluster_client
 
     gpu = est.device == "gpu"
     with contextlib.ExitStack() as stack:
@@ -89,7 +92,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
                 f"{scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT_S:g} s "
                 f"({type(e).__name__}); check the address and that a scheduler runs there."
             ) from None
-        dask_est = DaskLogisticRegression(client=client, **est.get_params())
+        door = DaskLinearSVC if isinstance(est, LinearSVC) else DaskLogisticRegression
+        dask_est = door(client=client, **est.get_params())
         dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None), validation=validation)
         return dask_est.to_local()
 
@@ -241,7 +245,7 @@ def train(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
             "dual variables on the driver every round and is evaluated with `snapfit evaluate`."
         )
-    _check_loss(loss, test or validation or scheduler or workers)
+    _check_loss(loss, test or validation)
     start = time.perf_counter()
     check_output(out, [p for p in (data, test, validation) if p], force=force)
     est = (LogisticRegression() if loss == "logistic" else LinearSVC(loss=loss)).set_params(
