@@ -462,10 +462,11 @@ def report(source, out, title, force):
 )
 @FORCE
 def export(model, out, fmt, force):
-    """Write MODEL as JSON or ONNX to OUT, for serving outside Python."""
-    import snapfit
+    """Write MODEL (logistic regression, linear SVM or ridge) as JSON or ONNX to OUT, for
+    serving outside Python."""
     from snapfit.data import check_output
     from snapfit.export import export as run
+    from snapfit.model import load_any
 
     if fmt is None:
         fmt = out.rsplit(".", 1)[-1].lower() if "." in out else ""
@@ -475,7 +476,7 @@ def export(model, out, fmt, force):
                 param_hint="'--format'",
             )
     check_output(out, [model], force=force)
-    run(snapfit.load(model), out, fmt)
+    run(load_any(model), out, fmt)
     click.echo(f"Wrote {out} ({fmt}).")
 
 
