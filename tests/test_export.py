@@ -140,3 +140,14 @@ def test_onnx_of_the_other_losses_runs_in_onnxruntime(other_models, tmp_path, lo
     np.testing.assert_allclose(scores.ravel(), est.decision_function(X.astype(np.float64)),
                                atol=1e-5)  # fmt: skip
     np.testing.assert_array_equal(label, est.predict(X.astype(np.float64)))
+
+
+def test_export_of_a_model_of_an_unknown_loss_says_so(tmp_path):
+    from snapfit.model import save_arrays
+
+    arrays = {"coef": np.zeros((1, 3)), "intercept": np.zeros(1), "classes": np.arange(2)}
+    save_arrays(tmp_path / "m.npz", arrays, {"params": {}, "loss": "cubic"})
+    res = _run("export", tmp_path / "m.npz", tmp_path / "m.json")
+    assert res.exit_code == 3
+    assert "the model's loss 'cubic' is not one this snapfit knows" in res.output
+    assert not (tmp_path / "m.json").exists()
