@@ -25,13 +25,17 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.data import check_two_classes
+from snapfit.data.validate import check_class_labels
 from snapfit.engine.source import InMemorySource
+from snapfit.errors import DataError
 from snapfit.inputs import (
     as_dataset,
-    binary_labels,
     class_bounds,
+    class_counts,
+    class_labels,
     csr_chunks,
     model_callback,
+    ovr_bounds,
     rows_key,
     weighted_counts,
 )
@@ -291,7 +295,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
-        tags.classifier_tags.multi_class = False
         return tags
 
     # -- fitting ---------------------------------------------------------------------------
@@ -341,6 +344,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             self.hashed_names_ = names
         c_neg, c_pos = self._class_bounds(counts)
         problem = self._problem(d, c_neg, c_pos, seed, bias)
+        if problem.n_classes > 1 and validation is not None:
+            raise ValueError(
+                f"validation scores two classes; y has {problem.n_classes}. Fit without "
+                "validation, or one binary model per class."
+            )
         stopper = self._early_stopping(validation, d, bias)
         user = [model_callback(cb, d, bias) for cb in callbacks]
         result = train(
@@ -362,21 +370,27 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         X, y = validate_data(
             self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
         )
-        self.classes_, y_pm = binary_labels(y)
+        self.classes_, y_code = class_labels(y)
         weight = None
         if sample_weight is not None:
             weight = _check_sample_weight(sample_weight, X, dtype=np.float64).astype(np.float32)
         X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
-        chunks = csr_chunks(X, y_pm, weight, self.chunk_rows)
+        chunks = csr_chunks(X, y_code, weight, self.chunk_rows)
         source = InMemorySource(chunks, X.shape[1])
-        return source, weighted_counts(y_pm, weight), rows_key(y_pm, weight)
+        return source, self._counts(y_code, weight), rows_key(y_code, weight)
+
+    def _counts(self, y_code, weight):
+        """The (weighted) rows of each class, as ``_class_bounds`` takes them."""
+        if len(self.classes_) > 2:
+            return class_counts(y_code, weight, len(self.classes_))
+        return weighted_counts(y_code, weight)
 
     def _device_source(self, X, y, sample_weight):
         """CuPy (or any ``__cuda_array_interface__``) input: X stays on the device, zero-copy;
         labels and weights (n values) come to the host. Trains on GPUs alone."""
         interop = _interop()
         y = interop.to_host(y)
-        self.classes_, y_pm = binary_labels(y)
+        self.classes_, y_pm = class_labels(y)
         weight = None
         if sample_weight is not None:
             weight = interop.to_host(sample_weight).astype(np.float32)
@@ -390,12 +404,39 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "Parquet input carries its labels and weights in its 'label' and 'weight' "
                 "columns; call fit(path) without y and sample_weight."
             )
+        self.n_features_in_ = dataset.n_features
+        classes = self._more_classes(dataset)
+        if classes is not None:  # one-vs-rest: labels read as class indices, K duals per row
+            dataset = dataset.with_classes(classes[0])
+            self.classes_ = classes[0]
+            source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
+                                  devices=devices, chunk_rows=self.chunk_rows, seed=seed,
+                                  width=len(classes[0]))  # fmt: skip
+            return source, classes[1]
         check_two_classes(dataset)
         self.classes_ = np.array([0, 1])
-        self.n_features_in_ = dataset.n_features
         source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
                               devices=devices, chunk_rows=self.chunk_rows, seed=seed)  # fmt: skip
         return source, dataset.label_counts()
+
+    @staticmethod
+    def _more_classes(dataset):
+        """``(classes, rows of each)`` when the data's labels are more than two classes (whole
+        numbers), None for two (0/1 or ±1: the footers' statistics say so without a read).
+        Labels that are not whole numbers are a regressor's targets: refused in one line."""
+        if not dataset.has_labels or dataset.target_kind != "real":
+            return None
+        if "snapfit.target = real" in dataset.target_note:  # written as a regressor's targets
+            check_class_labels(dataset)
+        values, counts = dataset.label_values()
+        if not np.array_equal(values, np.round(values)):
+            check_class_labels(dataset)
+        if len(values) < 3:
+            raise DataError(
+                f"{dataset.source}: labels {values.tolist()} are two classes; write them as 0/1 "
+                "or -1/+1."
+            )
+        return values.astype(np.int64), counts
 
     # -- what both doors (this one and the Dask one) share ---------------------------------
     def _seed(self) -> int:
@@ -406,8 +447,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def _class_bounds(self, counts) -> tuple[float, float]:
         """``(C-, C+)``: ``C`` times each class's weight (``classes_[1]`` is the positive
-        class); "balanced" from the (weighted) label counts ``(n_neg, n_pos)``."""
+        class); "balanced" from the (weighted) label counts ``(n_neg, n_pos)``. With more
+        than two classes both are ``C``, the per-class bounds ``_problem``'s."""
         _check_class_weight(self.class_weight, self.classes_)
+        if len(self.classes_) > 2:
+            self._ovr = ovr_bounds(self.C, self.class_weight, self.classes_, counts)
+            return float(self.C), float(self.C)
+        self._ovr = ()
         return class_bounds(self.C, self.class_weight, self.classes_, counts)
 
     def _loss_name(self) -> str:
@@ -420,16 +466,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         return Problem(n_features=n_features, c_pos=float(c_pos), c_neg=float(c_neg), bias=bias,
                        tol=float(self.tol), max_iter=int(self.max_iter), seed=seed,
-                       loss=LOSSES[self._loss_name()])  # fmt: skip
+                       loss=LOSSES[self._loss_name()],
+                       class_bounds=getattr(self, "_ovr", ()))  # fmt: skip
 
     def _warm_w(self, n_features: int, bias: float) -> np.ndarray | None:
         """The previous fit's ``w`` (intercept weight last) when warm starting on as many
         features; else None."""
         if not (self.warm_start and hasattr(self, "coef_")):
             return None
-        if self.coef_.shape[1] != n_features:
+        n_blocks = len(self.classes_) if len(self.classes_) > 2 else 1
+        if self.coef_.shape != (n_blocks, n_features):
             return None
-        return np.r_[self.coef_.ravel(), self.intercept_[0] / bias if bias else 0.0]
+        b = self.intercept_ / bias if bias else np.zeros(n_blocks)
+        return np.c_[self.coef_, b].ravel()
 
     def _warm(self, source, c_pos, c_neg, bias, rows_id) -> Warm | None:
         """The previous fit's dual variables when the rows are the same (labels and weights),
@@ -438,6 +487,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if w is None:
             return None
         prev = getattr(self, "_dual", None)
+        if len(self.classes_) > 2:
+            prev = None  # one-vs-rest restarts from w: its bounds are per class
         if prev is not None and prev[0] is not None and rows_id is not None and prev[3] == rows_id:
             alpha, old_pos, old_neg, _ = prev
             y_pos = np.concatenate([c.y for c in source.chunks]) > 0
@@ -492,9 +543,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 w = stopper.best_w
                 self.stopped_early_ = bool(stopper.stopped)
                 converged = converged or stopper.stopped  # stopping early is no failure
-        d = len(w) - 1
-        self.coef_ = np.asarray(w[:d]).reshape(1, d).copy()
-        self.intercept_ = np.array([w[d] * bias])
+        blocks = np.asarray(w).reshape(len(self.classes_) if len(self.classes_) > 2 else 1, -1)
+        self.coef_ = blocks[:, :-1].copy()
+        self.intercept_ = blocks[:, -1] * bias
         self.n_iter_ = np.array([n_iter], dtype=np.int32)
         self.history_ = history
         if not converged:
@@ -518,7 +569,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     # -- prediction ------------------------------------------------------------------------
     def decision_function(self, X):
-        """Signed distance ``w.x + b``; positive means ``classes_[1]``.
+        """Signed distance ``w.x + b``; positive means ``classes_[1]``. With more than two
+        classes, shape (n, K): column k scores class k against the rest.
 
         ``X`` is what ``fit`` takes: arrays, CuPy arrays, or Parquet paths, globs and pyarrow
         Tables in snapfit's format (labels not needed), read chunk by chunk after their feature
@@ -543,12 +595,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             check_map(self, dataset)
             scores = [s for s, _, _ in iter_scores(self, dataset)]
             return np.concatenate(scores) if scores else np.empty(0)
+        if _on_device(X) and self.coef_.shape[0] > 1:
+            raise ValueError(
+                "a one-vs-rest model scores host arrays and Parquet; copy X to the host "
+                "(e.g. X.get())."
+            )
         if _on_device(X):  # the result is CuPy for CuPy input (like_input)
             interop = _interop()
             b = float(self.intercept_[0])
             out = interop.decision_function(X, self.coef_.ravel(), b, to_host=False)
             return interop.like_input(X, out)
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
+        if self.coef_.shape[0] > 1:
+            return np.asarray(X @ self.coef_.T) + self.intercept_
         if not sp.issparse(X):
             return X @ self.coef_.ravel() + self.intercept_[0]
         X = X.tocsr()
@@ -560,10 +619,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return out
 
     def predict_proba(self, X):
-        """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2)."""
+        """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2). With more than
+        two classes, shape (n, K): each class's one-vs-rest probability, normalized over the
+        classes (scikit-learn's liblinear rule)."""
         from scipy.special import expit
 
         s = self.decision_function(X)
+        if s.ndim == 2:
+            p = expit(s)
+            return p / p.sum(axis=1, keepdims=True)
         if _on_device(s):  # device input: the same, in the input's library
             xp = _interop().array_module(s)
             p = 1.0 / (1.0 + xp.exp(-s))
@@ -574,6 +638,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def predict_log_proba(self, X):
         from scipy.special import log_expit
 
+        check_is_fitted(self)
+        if self.coef_.shape[0] > 1:
+            return np.log(self.predict_proba(X))
         s = self.decision_function(X)
         if _on_device(s):  # log_expit(s) = -log(1 + exp(-s))
             xp = _interop().array_module(s)
@@ -586,6 +653,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         s = self.decision_function(X)
         if _on_device(s):
             s = _interop().to_host(s)
+        if s.ndim == 2:
+            return self.classes_[np.argmax(s, axis=1)]
         return self.classes_[(s > 0).astype(int)]
 
     # -- persistence and interop -----------------------------------------------------------
@@ -623,23 +692,34 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):
-        """A fitted ``sklearn.linear_model.LogisticRegression`` with the same coefficients."""
+        """A fitted ``sklearn.linear_model.LogisticRegression`` with the same coefficients;
+        with more than two classes a fitted ``OneVsRestClassifier`` of them (scikit-learn's
+        multiclass ``LogisticRegression`` scores by softmax, which is another model)."""
         from sklearn.linear_model import LogisticRegression as SkLR
 
         check_is_fitted(self)
-        sk = SkLR(
-            C=self.C,
-            fit_intercept=self.fit_intercept,
-            solver="liblinear",
-            intercept_scaling=self.intercept_scaling,
-            class_weight=self.class_weight,
-        )
-        sk.coef_ = self.coef_.copy()
-        sk.intercept_ = self.intercept_.copy()
-        sk.classes_ = self.classes_.copy()
-        sk.n_features_in_ = self.n_features_in_
-        sk.n_iter_ = self.n_iter_.copy()
-        return sk
+
+        def one(coef, intercept, classes):
+            sk = SkLR(C=self.C, fit_intercept=self.fit_intercept, solver="liblinear",
+                      intercept_scaling=self.intercept_scaling,
+                      class_weight=self.class_weight)  # fmt: skip
+            sk.coef_, sk.intercept_, sk.classes_ = coef.copy(), intercept.copy(), classes.copy()
+            sk.n_features_in_ = self.n_features_in_
+            sk.n_iter_ = self.n_iter_.copy()
+            return sk
+
+        if self.coef_.shape[0] == 1:
+            return one(self.coef_, self.intercept_, self.classes_)
+        from sklearn.multiclass import OneVsRestClassifier
+        from sklearn.preprocessing import LabelBinarizer
+
+        ovr = OneVsRestClassifier(one(self.coef_[:1], self.intercept_[:1], np.array([0, 1])))
+        ovr.label_binarizer_ = LabelBinarizer(sparse_output=True).fit(self.classes_)
+        ovr.estimators_ = [one(self.coef_[k : k + 1], self.intercept_[k : k + 1], np.array([0, 1]))
+                           for k in range(len(self.classes_))]  # fmt: skip
+        ovr.classes_ = self.classes_.copy()
+        ovr.n_features_in_ = self.n_features_in_
+        return ovr
 
 
 def load(path) -> LogisticRegression:

@@ -38,7 +38,7 @@ def of_width(n_features: int) -> dict:
 
 def of_model(model) -> dict:
     """A fitted estimator's map (``feature_map_``; its width alone for older objects)."""
-    return getattr(model, "feature_map_", None) or of_width(model.coef_.shape[1])
+    return getattr(model, "feature_map_", None) or of_width(model.coef_.shape[-1])
 
 
 def describe(m: dict) -> str:

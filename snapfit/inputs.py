@@ -18,22 +18,40 @@ from snapfit.data.chunk import Chunk
 from snapfit.data.table import TableDataset
 
 
-def binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
-    """``(classes, y_pm)``: the two classes of ``y`` (any values) and labels as ±1 float32."""
+def class_labels(y) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)``: the classes of ``y`` (any values, at least two) and each row's
+    label as the kernels take it, float32: ±1 for two classes (``classes[1]`` positive), the
+    class index ``0 .. K-1`` for more (one-vs-rest, ``snapfit.solvers.ovr``)."""
     check_classification_targets(y)
     classes = np.unique(y)
-    if len(classes) > 2:
-        raise ValueError(
-            f"Only binary classification is supported; y has {len(classes)} classes "
-            f"({classes[:5].tolist()}...). Wrap the estimator in "
-            "sklearn.multiclass.OneVsRestClassifier for more."
-        )
     if len(classes) < 2:
         raise ValueError(
             "This solver needs samples of at least 2 classes in the data, but the data "
             f"contains only one class: {classes[0]!r}"
         )
-    return classes, np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
+    if len(classes) == 2:
+        return classes, np.where(y == classes[1], 1.0, -1.0).astype(np.float32)
+    return classes, np.searchsorted(classes, y).astype(np.float32)
+
+
+def class_counts(codes: np.ndarray, weight: np.ndarray | None, n_classes: int) -> np.ndarray:
+    """Rows of each class index (one-vs-rest codes), each counted with its sample weight."""
+    w = None if weight is None else weight.astype(np.float64)
+    return np.bincount(codes.astype(np.int64), weights=w, minlength=n_classes)
+
+
+def ovr_bounds(C: float, class_weight, classes, counts) -> tuple[tuple[float, float], ...]:
+    """Per class k of one-vs-rest, ``(c_neg, c_pos)`` = ``(C, C * weight of class k)``:
+    liblinear's (its ``train`` gives problem k the class weight on its positives and ``C`` on
+    the rest). "balanced" is scikit-learn's ``n / (K n_k)`` over the (weighted) ``counts``."""
+    C = float(C)
+    if class_weight == "balanced":
+        counts = np.asarray(counts, dtype=np.float64)
+        weights = counts.sum() / (len(classes) * counts)
+    else:
+        cw = class_weight or {}
+        weights = [float(cw.get(c, 1.0)) for c in classes]
+    return tuple((C, C * float(wk)) for wk in weights)
 
 
 def weighted_counts(y_pm: np.ndarray, weight: np.ndarray | None) -> tuple[float, float]:
@@ -92,23 +110,28 @@ def rows_key(y_pm: np.ndarray, weight: np.ndarray | None) -> str:
     return h.hexdigest()
 
 
-def as_dataset(X, *, require_labels: bool = True):
-    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables."""
+def as_dataset(X, *, require_labels: bool = True, targets: str = "auto"):
+    """A snapfit Dataset for Parquet paths / globs / lists of paths and pyarrow Tables;
+    ``targets``: how chunks carry the labels (``Dataset``'s: "class", "real" or "auto")."""
     if isinstance(X, (str, os.PathLike)) or (
         isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X)
     ):
-        return Dataset(X, require_labels=require_labels)
+        return Dataset(X, require_labels=require_labels, targets=targets)
     import pyarrow as pa
 
     if isinstance(X, pa.Table):
-        return TableDataset(X)
+        return TableDataset(X, targets=targets)
     return None
 
 
 def model_callback(cb, d: int, bias: float):
-    """Adapt a user callback ``cb(record, coef, intercept)`` to the engine's ``(record, w)``."""
+    """Adapt a user callback ``cb(record, coef, intercept)`` to the engine's ``(record, w)``;
+    one-vs-rest's K blocks come as ``coef`` (K, d) and ``intercept`` (K,) views."""
 
     def call(rec, w):
-        return cb(rec, w[:d], float(w[d] * bias))
+        if len(w) == d + 1:
+            return cb(rec, w[:d], float(w[d] * bias))
+        blocks = w.reshape(-1, d + 1)
+        return cb(rec, blocks[:, :d], blocks[:, d] * bias)
 
     return call

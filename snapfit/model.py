@@ -131,9 +131,11 @@ def load_estimator(path, est):
             kw[k] = v
     est.set_params(**kw)
     try:
-        est.coef_ = arrays["coef"].astype(np.float64).reshape(1, -1)
-        est.intercept_ = arrays["intercept"].astype(np.float64).reshape(1)
         est.classes_ = arrays["classes"]
+        # a row per problem: K for one-vs-rest over K > 2 classes, else 1
+        rows = len(est.classes_) if len(est.classes_) > 2 else 1
+        est.coef_ = arrays["coef"].astype(np.float64).reshape(rows, -1)
+        est.intercept_ = arrays["intercept"].astype(np.float64).reshape(rows)
     except (KeyError, ValueError) as e:
         raise DataError(f"{os.fspath(path)}: model arrays are incomplete ({e}).") from None
     est.n_features_in_ = est.coef_.shape[1]

@@ -31,20 +31,34 @@ def check_map(model, data) -> None:
     featuremap.check(featuremap.of_model(model), featuremap.of_data(data), data.source)
 
 
-def chunk_scores(coef: np.ndarray, intercept: float, chunk) -> np.ndarray:
-    """Decision values ``coef . x + intercept`` of one chunk's rows."""
-    out = np.empty(chunk.n_rows)
+def model_weights(model) -> tuple[np.ndarray, np.ndarray | float]:
+    """A fitted model's ``(coef, intercept)`` as ``chunk_scores`` takes them: a vector and a
+    number for one problem, ``(K, d)`` and ``(K,)`` for one-vs-rest over K classes."""
+    coef = np.atleast_2d(np.ascontiguousarray(model.coef_, dtype=np.float64))
+    intercept = np.ravel(model.intercept_).astype(np.float64)  # a Ridge's is a number
+    if coef.shape[0] == 1:
+        return coef.ravel(), float(intercept[0])
+    return coef, intercept
+
+
+def chunk_scores(coef: np.ndarray, intercept, chunk) -> np.ndarray:
+    """Decision values ``coef . x + intercept`` of one chunk's rows; ``(rows, K)`` for the
+    ``(K, d)`` coefficients of one-vs-rest (``model_weights``)."""
     values = chunk.values if chunk.values is not None else cpu.EMPTY_F32
-    cpu.decision_function(
-        chunk.indptr, chunk.indices, values, chunk.values is not None, coef, float(intercept), out
-    )
+    args = (chunk.indptr, chunk.indices, values, chunk.values is not None)
+    if coef.ndim == 2:
+        out = np.empty((coef.shape[0], chunk.n_rows))
+        for k in range(coef.shape[0]):
+            cpu.decision_function(*args, coef[k], float(intercept[k]), out[k])
+        return out.T
+    out = np.empty(chunk.n_rows)
+    cpu.decision_function(*args, coef, float(intercept), out)
     return out
 
 
 def iter_scores(model, data: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``(scores, y, weight)`` per chunk of ``data`` (``y`` in {-1, +1}; zeros if unlabelled)."""
-    coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    coef, intercept = model_weights(model)
     with progress.bar("score", total=data.n_rows) as bar:
         for chunk in data.iter_chunks():
             yield chunk_scores(coef, intercept, chunk), chunk.y, chunk.weight
@@ -91,8 +105,7 @@ def raw_scores(model, X) -> np.ndarray:
     batch by batch as ``convert`` featurized the model's training data."""
     from snapfit.datasets.featurize import raw_batches
 
-    coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    coef, intercept = model_weights(model)
     scores = [chunk_scores(coef, intercept, b) for b in raw_batches(featuremap.of_model(model), X)]
     return np.concatenate(scores) if scores else np.empty(0)
 
@@ -103,8 +116,7 @@ def predict_raw_to_parquet(model, source, out, *, labels: bool = False,
     group per batch; with ``id_column``, that column of the table first, as read."""
     from snapfit.datasets.featurize import raw_batches
 
-    coef = np.ascontiguousarray(model.coef_.ravel(), dtype=np.float64)
-    intercept = float(model.intercept_[0])
+    coef, intercept = model_weights(model)
     rows, writer, schema = 0, None, None
     with atomic_output(out) as tmp:
         try:

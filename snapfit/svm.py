@@ -27,13 +27,15 @@ class LinearSVC(LogisticRegression):
     ``C_i = C * class_weight[y_i] * sample_weight_i``, the intercept ``b`` the weight of a
     constant feature ``intercept_scaling`` (regularized, as in liblinear). ``C`` is
     scikit-learn's; Snap ML's ``SupportVectorMachine(regularizer=...)`` is ``1/C``. The other
-    parameters are ``snapfit.LogisticRegression``'s; early stopping scores ``auc``.
+    parameters are ``snapfit.LogisticRegression``'s; early stopping scores ``validation_metric``:
+    ``"auc"`` (the default), ``"accuracy"`` or ``"hinge"`` (the mean hinge loss, lower is
+    better, for either loss).
     """
 
     _parameter_constraints: dict = {
         **LogisticRegression._parameter_constraints,
         "loss": [StrOptions({"hinge", "squared_hinge"})],
-        "validation_metric": [StrOptions({"auc"})],
+        "validation_metric": [StrOptions({"auc", "accuracy", "hinge"})],
     }
 
     def __init__(

@@ -116,13 +116,15 @@ def resolve_budget(memory_budget, *, limit: int | None = None) -> int:
 
 
 def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, seed: int = 0,
-                 plan=None):  # fmt: skip
+                 plan=None, width: int = 1):  # fmt: skip
     """The source for a Parquet ``Dataset``: resident when it fits ``budget``, else streamed.
     ``plan``: the ``plan_dataset`` already made for it (a Dask part plans first, to keep a
-    resident share's rows for a next generation)."""
+    resident share's rows for a next generation); ``width``: dual variables per row (K for
+    one-vs-rest over K classes, whose threads never share ``w``)."""
     if plan is None:
         plan = plan_dataset(dataset, budget, n_units=devices.n_units, chunk_rows=chunk_rows,
-                            hot=devices.shares_cpu, allow_resident=True)  # fmt: skip
+                            hot=devices.shares_cpu and width == 1, allow_resident=True,
+                            width=width)  # fmt: skip
     return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed)
 
 
@@ -139,7 +141,7 @@ def stream_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, p
 
 def plan_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
                  mode=None, cache_format=None, cache_dir=None, hot: bool = False,
-                 allow_resident: bool = True):  # fmt: skip
+                 allow_resident: bool = True, width: int = 1):  # fmt: skip
     """The data's statistics read once (``DataStats.read``) and the one decision of where its
     rows live (``snapfit.stream.plan.plan_stream``). ``mode`` / ``cache_format`` default to
     ``SNAPFIT_STREAM`` / ``SNAPFIT_CACHE_FORMAT``, else "auto"; ``hot``: threads sharing ``w``
@@ -162,7 +164,8 @@ def plan_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, pie
     return plan_stream(stats, budget=budget, n_units=n_units, chunk_rows=chunk_rows,
                        piece_rows=piece_rows, mode=mode, cache_format=fmt, id_bound=id_bound,
                        disk_free=free_room(cache_dir or temp_dir()) if stats.on_files else 0,
-                       memory=available_memory() or 0, allow_resident=allow_resident)  # fmt: skip
+                       memory=available_memory() or 0, allow_resident=allow_resident,
+                       width=width)  # fmt: skip
 
 
 def open_planned(dataset, plan, *, chunk_rows=None, seed: int = 0, cache_dir=None):
@@ -201,7 +204,15 @@ def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Tra
                 "or copy it to the host (e.g. X.get())."
             )
         devices = replace(devices, n_cpu=0)
-    state = source.make_state()
+    if problem.n_classes > 1:
+        if devices.gpu_ids:
+            raise ValueError(
+                f"one-vs-rest over {problem.n_classes} classes trains on CPU threads for now; "
+                "use device='cpu', or fit one binary model per class on the GPU."
+            )
+        # the K problems' blocks of w have no hot slots: the threads are CoCoA+ units
+        devices = replace(devices, share_cpu=False)
+    state = source.make_state(width=problem.n_classes)
     try:
         return Trainer(source, problem, state, devices, gpu_unit=_gpu_unit(devices))
     except BaseException:

@@ -2,7 +2,8 @@
 keep the best epoch's model.
 
 The solver's own stop is the duality gap: the optimum of the regularized training objective.
-On click logs a user often wants the epoch whose *held-out* log loss (or AUC) was best, and to
+On click logs a user often wants the epoch whose *held-out* log loss (or AUC; an SVM's accuracy
+or hinge loss, a ridge model's RMSE or R²: ``LOSS_METRICS``) was best, and to
 stop once it has not improved for a few epochs (as xLearn, LightGBM, XGBoost and H2O do).
 ``EarlyStopping`` is an epoch callback of the node trainer and of the Dask driver alike: it gets
 ``w`` after every epoch (or round), scores the validation set chunk by chunk (memory: one chunk
@@ -23,27 +24,63 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-METRICS = ("logloss", "auc")
+#: The validation metrics of each loss, its default first.
+LOSS_METRICS = {
+    "logistic": ("logloss", "auc"),
+    "hinge": ("auc", "accuracy", "hinge"),
+    "squared_hinge": ("auc", "accuracy", "hinge"),
+    "squared": ("rmse", "r2"),
+}
+METRICS = ("logloss", "auc", "accuracy", "hinge", "rmse", "r2")
+HIGHER_IS_BETTER = ("auc", "accuracy", "r2")
 DEFAULT_GAP = 1e-2  # the relative gap an epoch must reach to be kept (see the module)
+
+# Per-row terms of the metrics that are weighted means: (scores, y, weight) -> terms.
+_MEANS = {
+    "logloss": lambda s, y: np.logaddexp(0.0, -y * s),
+    "hinge": lambda s, y: np.maximum(0.0, 1.0 - y * s),
+    "accuracy": lambda s, y: ((s > 0) == (y > 0)).astype(np.float64),
+}
+
+
+def weighted_mean(batches, metric: str = "logloss") -> float:
+    """Weighted mean of ``metric``'s per-row term (``_MEANS``) over ``(scores, y in {-1, +1},
+    weight or None)`` batches."""
+    term = _MEANS[metric]
+    loss = total = 0.0
+    for s, y, weight in batches:
+        wt = np.ones(len(s)) if weight is None else np.asarray(weight, np.float64)
+        loss += float(wt @ term(np.asarray(s, np.float64), y))
+        total += float(wt.sum())
+    return loss / total
 
 
 def mean_logloss(batches) -> float:
     """Weighted mean log loss over ``(scores, y in {-1, +1}, weight or None)`` batches."""
-    loss = total = 0.0
+    return weighted_mean(batches, "logloss")
+
+
+def regression_scores(batches) -> tuple[float, float]:
+    """``(RMSE, R²)`` of ``(predictions, targets, weight or None)`` batches, weighted; R² as
+    scikit-learn's ``r2_score`` (1 - SSE / SST about the weighted mean target)."""
+    W = sy = syy = sse = 0.0
     for s, y, weight in batches:
+        y = np.asarray(y, np.float64)
         wt = np.ones(len(s)) if weight is None else np.asarray(weight, np.float64)
-        loss += float(wt @ np.logaddexp(0.0, -y * s))
-        total += float(wt.sum())
-    return loss / total
+        e = np.asarray(s, np.float64) - y
+        W, sy, syy, sse = W + wt.sum(), sy + wt @ y, syy + wt @ (y * y), sse + wt @ (e * e)
+    sst = syy - sy * sy / W
+    return float(np.sqrt(sse / W)), float(1.0 - sse / sst) if sst > 0 else float("nan")
 
 
 class EarlyStopping:
     """Callback ``(record, w) -> stop?`` scoring ``data`` with ``metric`` after every epoch.
 
     ``data`` is a Dataset (Parquet paths, a Table) or ``(X, y_pm, weight)`` arrays with labels
-    in {-1, +1}. ``rounds``: stop when the best score is that many eligible epochs old (None:
-    score only). An epoch is eligible (to be the best, and to count towards ``rounds``) when
-    its relative gap is at most ``gap`` (``tol`` when larger: the converged epoch always is).
+    in {-1, +1} (real targets for "rmse" and "r2"). ``rounds``: stop when the best score is
+    that many eligible epochs old (None: score only). An epoch is eligible (to be the best, and
+    to count towards ``rounds``) when its relative gap is at most ``gap`` (``tol`` when larger:
+    the converged epoch always is).
     ``bias`` turns the last entry of ``w`` into the intercept.
     """
 
@@ -78,8 +115,11 @@ class EarlyStopping:
         """The metric of ``w`` (coefficients, intercept weight last) on the validation data."""
         coef = np.ascontiguousarray(w[: self.d], dtype=np.float64)
         intercept = float(w[self.d]) * self.bias
-        if self.metric == "logloss":
-            return mean_logloss(self._batches(coef, intercept))
+        if self.metric in _MEANS:
+            return weighted_mean(self._batches(coef, intercept), self.metric)
+        if self.metric in ("rmse", "r2"):
+            rmse, r2 = regression_scores(self._batches(coef, intercept))
+            return rmse if self.metric == "rmse" else r2
         from sklearn.metrics import roc_auc_score
 
         parts = list(self._batches(coef, intercept))
@@ -93,7 +133,7 @@ class EarlyStopping:
     def _better(self, a: float, b: float) -> bool:
         if np.isnan(b):
             return True
-        return a < b if self.metric == "logloss" else a > b
+        return a > b if self.metric in HIGHER_IS_BETTER else a < b
 
     def __call__(self, rec, w) -> bool:
         rec = rec if isinstance(rec, dict) else rec.as_dict()
@@ -127,13 +167,17 @@ class EarlyStopping:
 def validation_data(validation, classes, n_features: int, feature_map: dict | None = None):
     """What ``fit(validation=...)`` accepts, ready for :class:`EarlyStopping`: Parquet paths,
     globs or a Table (labels inside), or ``(X, y)`` / ``(X, y, sample_weight)`` arrays whose
-    labels are the training classes. Parquet converted another way than the training data
-    (``feature_map``) is refused before the first epoch, by the rule every scorer uses."""
+    labels are the training classes (``classes`` None: a regressor's real targets). Parquet
+    converted another way than the training data (``feature_map``) is refused before the first
+    epoch, by the rule every scorer uses; a classifier's real-valued targets too."""
     from snapfit import featuremap
+    from snapfit.data.validate import check_class_labels
     from snapfit.inputs import as_dataset
 
-    data = as_dataset(validation)
+    data = as_dataset(validation, targets="real" if classes is None else "auto")
     if data is not None:
+        if classes is not None:
+            check_class_labels(data, name=f"{data.source} (validation)")
         train_map = feature_map or featuremap.of_width(n_features)
         featuremap.check(train_map, featuremap.of_data(data), f"{data.source} (validation)",
                          "the training data")  # fmt: skip
@@ -151,6 +195,8 @@ def validation_data(validation, classes, n_features: int, feature_map: dict | No
             f"validation X has shape {X.shape} and y {len(y)} labels; it must have "
             f"{n_features} features (as the training data) and one label per row."
         )
+    if classes is None:
+        return X.astype(np.float64), y.astype(np.float64), weight
     unknown = set(np.unique(y).tolist()) - set(np.asarray(classes).tolist())
     if unknown:
         raise ValueError(

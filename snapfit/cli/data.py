@@ -330,19 +330,28 @@ def info(path, devices, as_json, top):
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    rate = summary["positive_rate"]
     lines = [
         f"source:        {summary['source']} ({summary['files']} files)",
         f"rows:          {summary['rows']}",
         f"nnz:           {summary['nnz']} ({summary['nnz'] / max(summary['rows'], 1):.1f} per row)",
         f"n_features:    {summary['n_features']}",
         f"row groups:    {summary['row_groups']}",
-        f"positive rate: {'unlabelled' if rate is None else f'{rate:.4f}'}",
+        _label_line(summary),
         f"bytes on disk: {summary['bytes']}",
         f"snapfit format: {summary['format_version']}",
     ]
     lines += [f"{k + ':':<14} {v}" for k, v in sorted(summary["provenance"].items())]
     click.echo("\n".join(lines))
+
+
+def _label_line(summary: dict) -> str:
+    """``positive rate: 0.2207``, or for real targets their mean, spread and range."""
+    t = summary["targets"]
+    if t is not None:
+        return (f"targets:       real, mean {t['mean']:.6g}, std {t['std']:.6g}, "
+                f"min {t['min']:.6g}, max {t['max']:.6g}")  # fmt: skip
+    rate = summary["positive_rate"]
+    return f"positive rate: {'unlabelled' if rate is None else f'{rate:.4f}'}"
 
 
 def _device_info(as_json: bool) -> None:

@@ -7,8 +7,11 @@ their chunks, their sizes, the iteration and the label counts are the same code.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from snapfit.data.chunk import Chunk
 
@@ -22,6 +25,20 @@ class ChunkedDataset(ABC):
     n_features: int
     has_labels: bool
     files: Sequence[str] = ()
+    #: How chunks carry labels ("class": ±1; "real": float32 targets) and what the data's
+    #: labels are ("class", "real", None when unlabelled; ``target_note`` says why).
+    targets: str = "class"
+    target_kind: str | None = None
+    target_note: str = ""
+    #: With ``targets="index"``: the sorted classes whose index each label becomes.
+    classes: np.ndarray | None = None
+
+    def with_classes(self, classes) -> ChunkedDataset:
+        """This data with every label read as its index in ``classes`` (sorted; one-vs-rest
+        over more than two classes, ``snapfit.solvers.ovr``). A copy; this one is unchanged."""
+        out = copy.copy(self)
+        out.targets, out.classes = "index", np.asarray(classes)
+        return out
 
     @property
     def n_rows(self) -> int:

@@ -26,6 +26,7 @@ from snapfit.data.schema import (
     INDICES,
     KEY_N_FEATURES,
     KEY_ROW_GROUP_NNZ,
+    KEY_TARGET,
     LABEL,
     VALUES,
     WEIGHT,
@@ -71,7 +72,7 @@ def _list_type_ok(t: pa.DataType, value_type: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type == value_type
 
 
-def _check_schema(file: str, schema: pa.Schema) -> None:
+def _check_schema(file: str, schema: pa.Schema, targets: str = "auto") -> None:
     names = schema.names
     if INDICES not in names:
         raise DataError(
@@ -90,6 +91,12 @@ def _check_schema(file: str, schema: pa.Schema) -> None:
             continue
         t = schema.field(name).type
         if not (pa.types.is_floating(t) or (name == LABEL and pa.types.is_integer(t))):
+            if name == LABEL and targets == "real":
+                raise DataError(
+                    f"{file}: column 'label' has type {t} but a regressor needs numeric "
+                    "targets (float32); convert them to numbers (`snapfit convert --format "
+                    "table --target COLUMN`)."
+                )
             raise DataError(
                 f"{file}: column '{name}' has type {t} but snapfit needs {ok} numbers "
                 f"(label: int8 or float32, 0/1 or -1/+1); re-convert the {name}s."
@@ -167,9 +174,18 @@ def _scalar_column(table: pa.Table, name: str, where: v.Where) -> np.ndarray:
 
 
 def decode_table(
-    table: pa.Table, *, n_features: int, has_labels: bool, where: v.Where, validate: bool = True
+    table: pa.Table,
+    *,
+    n_features: int,
+    has_labels: bool,
+    where: v.Where,
+    validate: bool = True,
+    targets: str = "class",
+    classes: np.ndarray | None = None,
 ) -> Chunk:
-    """One row group's table -> a :class:`Chunk` (offsets rebased to 0 as int64 indptr)."""
+    """One row group's table -> a :class:`Chunk` (offsets rebased to 0 as int64 indptr);
+    ``targets="real"`` keeps the labels as float32 targets, "class" maps them to ±1, "index"
+    to their index in ``classes`` (one-vs-rest over more than two classes)."""
     offsets, indices = _flat(_column(table, INDICES), INDICES, where)
     indptr = offsets.astype(np.int64)
     indptr -= indptr[0]
@@ -181,7 +197,11 @@ def decode_table(
     weight = None
     if WEIGHT in table.column_names:
         weight = _scalar_column(table, WEIGHT, where).astype(np.float32, copy=False)
-    if has_labels:
+    if has_labels and targets == "real":
+        y = v.real_targets(_scalar_column(table, LABEL, where), where)
+    elif has_labels and targets == "index":
+        y = v.class_codes(_scalar_column(table, LABEL, where), where, classes)
+    elif has_labels:
         y = v.labels_to_pm1(_scalar_column(table, LABEL, where), where)
     else:
         y = np.zeros(n_rows, dtype=np.float32)
@@ -190,6 +210,42 @@ def decode_table(
         v.check_values(indptr, values, where)
         v.check_weight(weight, where)
     return Chunk(indptr, indices, values, y, weight)
+
+
+def merge_counts(values, counts, labels) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, counts)`` of ``np.unique`` over labels seen so far, plus ``labels``."""
+    if np.asarray(labels).dtype.kind not in "iuf":
+        raise DataError(
+            f"column 'label' has type {np.asarray(labels).dtype}; class labels must be numbers "
+            "(int8, int32 or float32), re-convert the labels."
+        )
+    new, n = np.unique(labels, return_counts=True)
+    both = np.concatenate([values, new.astype(np.float64)])
+    keys, inverse = np.unique(both, return_inverse=True)
+    total = np.bincount(inverse, weights=np.concatenate([counts, n]), minlength=len(keys))
+    return keys, total.astype(np.int64)
+
+
+def _label_kind(schema: pa.Schema, md: pq.FileMetaData, kv: dict) -> tuple[str | None, str]:
+    """``(kind, why)``: "real" or "class" for the label column from the file's ``target``
+    metadata, else its min/max statistics (a value other than -1, 0, 1 is a real target);
+    None when unlabelled. Footer only: no data page is read."""
+    if LABEL not in schema.names:
+        return None, ""
+    recorded = kv.get(KEY_TARGET.removeprefix("snapfit."))
+    if recorded in ("real", "class"):
+        return recorded, f"metadata snapfit.target = {recorded}"
+    leaf = next(i for i in range(md.num_columns) if md.schema.column(i).path == LABEL)
+    lo = hi = None
+    for g in range(md.num_row_groups):
+        stats = md.row_group(g).column(leaf).statistics
+        if stats is None or not stats.has_min_max:
+            continue
+        lo = stats.min if lo is None else min(lo, stats.min)
+        hi = stats.max if hi is None else max(hi, stats.max)
+    if lo is not None and (lo not in (-1, 0, 1) or hi not in (-1, 0, 1)):
+        return "real", f"label values from {lo:g} to {hi:g}"
+    return "class", ""
 
 
 def _check_same_conversion(first: str, first_kv: dict, file: str, kv: dict) -> None:
@@ -222,6 +278,16 @@ class Dataset(ChunkedDataset):
         :attr:`has_labels` is False (for prediction).
     validate : bool, default True
         Check every chunk as it is read (index range, finite values, labels, weights).
+    targets : {"auto", "class", "real"}, default "auto"
+        How chunks carry the ``label`` column: "class" as ±1 (0/1 or -1/+1 required), "real"
+        as float32 targets (any numbers, for a regressor), "auto" as :attr:`target_kind` says.
+
+    Attributes
+    ----------
+    target_kind : {"class", "real"} or None
+        What the files' labels are, from their footers alone: "real" when a file's
+        ``snapfit.target`` metadata says so or its label statistics hold a value other than
+        -1, 0 and 1 (``target_note`` says which); None when unlabelled.
 
     Examples
     --------
@@ -234,24 +300,32 @@ class Dataset(ChunkedDataset):
     threads crashed pyarrow 26.0.1).
     """
 
-    def __init__(self, source, *, n_features=None, require_labels=True, validate=True):
+    def __init__(self, source, *, n_features=None, require_labels=True, validate=True,
+                 targets="auto"):  # fmt: skip
+        if targets not in ("auto", "class", "real"):
+            raise ValueError(f"targets is {targets!r}; choose 'auto', 'class' or 'real'.")
         self.source = source if isinstance(source, str) else str(source)
         self.files = resolve_files(source)
         if not self.files:
             raise DataError(f"{self.source}: matches no files; check the path or glob.")
         self.validate = validate
         self._local = threading.local()
-        self._plan(n_features, require_labels)
+        self._plan(n_features, require_labels, targets)
 
-    def _plan(self, n_features, require_labels):
+    def _plan(self, n_features, require_labels, targets="auto"):
         chunks, label_files, found_nf, stats_nf, columns = [], [], {}, -1, {}
+        self.target_kind, self.target_note = None, ""
         stored = []  # each row group's compressed bytes (the stream's plan reads them here)
         self.metadata: dict[str, object] = {}
         for file in self.files:
             pf = _open(file)
             schema = pf.schema_arrow
-            _check_schema(file, schema)
+            _check_schema(file, schema, targets)
             kv = decode_metadata(pf.metadata.metadata)
+            kind, why = _label_kind(schema, pf.metadata, kv)
+            if kind is not None and self.target_kind != "real":
+                where = f"{os.path.basename(file)}: " if len(self.files) > 1 else ""
+                self.target_kind, self.target_note = kind, (where + why if why else "")
             if not self.metadata:
                 self.metadata, meta_file = kv, file
             _check_same_conversion(meta_file, self.metadata, file, kv)
@@ -284,6 +358,8 @@ class Dataset(ChunkedDataset):
                 "either all labelled or all unlabelled, split the file list."
             )
         self.has_labels = bool(label_files)
+        #: How chunks carry the labels: "real" (float32 targets) or "class" (±1).
+        self.targets = targets if targets != "auto" else (self.target_kind or "class")
         if require_labels and not self.has_labels:
             raise DataError(
                 f"{self.files[0]}: has no 'label' column (unlabelled, e.g. a Criteo test file); "
@@ -366,6 +442,8 @@ class Dataset(ChunkedDataset):
             has_labels=self.has_labels,
             where=where,
             validate=self.validate,
+            targets=self.targets,
+            classes=self.classes,
         )
         if chunk.nnz != ref.nnz or chunk.n_rows != ref.n_rows:
             raise DataError(
@@ -400,6 +478,18 @@ class Dataset(ChunkedDataset):
         """Whether ``file`` stores a ``weight`` column (without it every weight is 1)."""
         return WEIGHT in self._columns[file]
 
+    def label_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct labels, sorted, and the rows of each, reading only the label column
+        (the classes of a multiclass fit)."""
+        values, counts = np.zeros(0), np.zeros(0, np.int64)
+        for ref in self.chunks:
+            table = self._pf(ref.file).read_row_group(
+                ref.row_group, columns=[LABEL], use_threads=False
+            )
+            where = v.row_group_where(ref.file, ref.row_group)
+            values, counts = merge_counts(values, counts, _scalar_column(table, LABEL, where))
+        return values, counts
+
     def label_counts(self, ids: Sequence[int] | None = None) -> tuple[int, int]:
         """(negatives, positives) over chunks ``ids``, reading only the label column."""
         if not self.has_labels:
@@ -415,3 +505,20 @@ class Dataset(ChunkedDataset):
             n_pos += int((y > 0).sum())
             n += len(y)
         return n - n_pos, n_pos
+
+    def target_summary(self) -> dict:
+        """Rows, mean, standard deviation, min and max of the targets (``label`` read as
+        numbers), reading only the label column."""
+        n, total, sq, lo, hi = 0, 0.0, 0.0, np.inf, -np.inf
+        for ref in self.chunks:
+            table = self._pf(ref.file).read_row_group(
+                ref.row_group, columns=[LABEL], use_threads=False
+            )
+            where = v.row_group_where(ref.file, ref.row_group)
+            y = v.real_targets(_scalar_column(table, LABEL, where), where).astype(np.float64)
+            n, total, sq = n + len(y), total + float(y.sum()), sq + float(y @ y)
+            if len(y):
+                lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
+        mean = total / max(n, 1)
+        std = float(np.sqrt(max(sq / max(n, 1) - mean * mean, 0.0)))
+        return {"rows": n, "mean": mean, "std": std, "min": lo, "max": hi}

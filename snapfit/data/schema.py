@@ -18,6 +18,9 @@ KEY_N_FEATURES = "snapfit.n_features"
 # Per-row-group nnz as a JSON list: lets readers plan without touching data pages and does not
 # depend on how another writer fills column-chunk statistics for nested columns.
 KEY_ROW_GROUP_NNZ = "snapfit.row_group_nnz"
+# What the label column holds: "real" (regression targets, float32) or "class" (0/1 or -1/+1).
+# Files without it hold classes unless the label column's statistics say otherwise.
+KEY_TARGET = "snapfit.target"
 PREFIX = "snapfit."
 
 #: Rows per row group (= per chunk) unless the caller says otherwise: ~9 M nnz (~70 MB as CSR)

@@ -86,7 +86,8 @@ def labels_to_pm1(labels: np.ndarray, where: Where, column: str = "label") -> np
         row = int(np.flatnonzero(~ok)[0])
         raise DataError(
             f"{where(row)}: column '{column}' holds {lab[row].item()}; labels must be 0/1 or "
-            "-1/+1, map the classes to one of these before writing."
+            "-1/+1, map the classes to one of these before writing (real-valued targets: fit a "
+            "regressor, snapfit.Ridge or `snapfit train --loss squared`)."
         )
     if zero.any() and neg.any():
         row = int(max(np.argmax(zero), np.argmax(neg)))
@@ -95,6 +96,59 @@ def labels_to_pm1(labels: np.ndarray, where: Where, column: str = "label") -> np
             "-1/+1 throughout, re-convert the labels."
         )
     return np.where(pos, np.float32(1), np.float32(-1))
+
+
+def real_targets(targets: np.ndarray, where: Where, column: str = "label") -> np.ndarray:
+    """Regression targets as float32: numbers (any int or float type), finite."""
+    t = np.asarray(targets)
+    if t.dtype.kind not in "iuf" and t.dtype != bool:
+        raise DataError(
+            f"{where(0)}: column '{column}' has type {t.dtype}; a regressor needs numeric "
+            "targets (float32), convert them to numbers."
+        )
+    with np.errstate(over="ignore"):
+        out = t.astype(np.float32)
+    finite = np.isfinite(out)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        raise DataError(
+            f"{where(row)}: column '{column}' holds {t[row].item()}; targets must be finite "
+            "numbers within float32's range, drop or fix the row."
+        )
+    return out
+
+
+def class_codes(labels: np.ndarray, where: Where, classes: np.ndarray,
+                column: str = "label") -> np.ndarray:  # fmt: skip
+    """Class labels as their index in the sorted ``classes`` (float32): one-vs-rest's codes."""
+    lab = np.asarray(labels)
+    if lab.dtype.kind not in "iuf":
+        raise DataError(
+            f"{where(0)}: column '{column}' has type {lab.dtype}; class labels must be numbers "
+            "(int8, int32 or float32), re-convert the labels."
+        )
+    idx = np.searchsorted(classes, lab)
+    found = classes[np.minimum(idx, len(classes) - 1)] == lab
+    if not found.all():
+        row = int(np.flatnonzero(~found)[0])
+        raise DataError(
+            f"{where(row)}: column '{column}' holds {lab[row].item()}, not one of the classes "
+            f"{classes.tolist()} the labels held when the fit began; fix the row or re-read "
+            "the files."
+        )
+    return idx.astype(np.float32)
+
+
+def check_class_labels(data, *, name: str | None = None) -> None:
+    """Refuse, before any work, a dataset whose labels are real-valued targets (its metadata or
+    its label column's statistics say so): a classifier would fail on its first row."""
+    if getattr(data, "target_kind", None) != "real":
+        return
+    raise DataError(
+        f"{name or data.source}: holds real-valued targets ({data.target_note}), not class "
+        "labels 0/1 or -1/+1; fit a regressor (snapfit.Ridge, `snapfit train --loss squared`), "
+        "or convert the data with class labels."
+    )
 
 
 def check_weight(weight: np.ndarray | None, where: Where) -> None:
@@ -123,9 +177,10 @@ def check_two_classes(data, *, name: str | None = None) -> None:
     Raises
     ------
     DataError
-        If the data has no labels or every label is the same class.
+        If the data has no labels, holds real-valued targets, or every label is one class.
     """
     if hasattr(data, "label_counts"):
+        check_class_labels(data, name=name)
         if not data.has_labels:
             raise DataError(
                 f"{name or data.source}: has no 'label' column (unlabelled, e.g. a Criteo test "

@@ -339,6 +339,7 @@ def write_parquet(
     provenance=None,
     force=False,
     parquet_options=None,
+    targets="class",
 ) -> str:
     """Write a dense or scipy.sparse matrix and labels as a snapfit Parquet file, atomically.
 
@@ -347,8 +348,8 @@ def write_parquet(
     path : str or path
         Output file; written under a temporary name in the same directory, then renamed.
     X : ndarray or scipy.sparse matrix, shape (n_rows, n_cols)
-    y : array-like of 0/1 or ±1 labels, optional
-        Stored as int8 in the encoding given; None writes an unlabelled file.
+    y : array-like of 0/1 or ±1 labels, or of real targets, optional
+        Labels are stored as int8 in the encoding given; None writes an unlabelled file.
     weight : array-like, optional
         Per-row sample weights (float32).
     row_group_rows : int
@@ -359,6 +360,10 @@ def write_parquet(
         Stored as ``snapfit.<key>`` metadata; ``source`` defaults to ``"arrays"``.
     force : bool
         Overwrite an existing file.
+    targets : {"class", "real", "classes"}
+        "real": ``y`` holds regression targets, stored as float32 with ``snapfit.target``
+        metadata "real" (for ``snapfit.Ridge``); "class": labels 0/1 or ±1; "classes": any
+        whole-number labels, stored as int32 as given (more than two classes: one-vs-rest).
 
     Returns
     -------
@@ -366,13 +371,33 @@ def write_parquet(
         The output path.
     """
     from snapfit.data.memory import csr_arrays
+    from snapfit.data.validate import real_targets
 
+    if targets not in ("class", "real", "classes"):
+        raise ValueError(f"targets is {targets!r}; choose 'class', 'real' or 'classes'.")
     out = check_output(path, force=force)
-    indptr, indices, values, _, weight, n_features = csr_arrays(X, y, weight, n_features=n_features)
+    real = y is not None and targets in ("real", "classes")
+    indptr, indices, values, _, weight, n_features = csr_arrays(
+        X, None if real else y, weight, n_features=n_features
+    )
     labels = None
-    if y is not None:
+    if real:
+        labels = real_targets(np.asarray(y).ravel(), lambda row: f"y, row {row}", column="y")
+        if targets == "classes":
+            if not np.array_equal(labels, np.round(labels)):
+                row = int(np.flatnonzero(labels != np.round(labels))[0])
+                raise DataError(f"y, row {row}: {labels[row]} is not a whole number; class "
+                                "labels are integers.")  # fmt: skip
+            labels = labels.astype(np.int32)
+        if len(labels) != len(indptr) - 1:
+            raise DataError(
+                f"y has {len(labels)} targets but X has {len(indptr) - 1} rows; pass one per row."
+            )
+    elif y is not None:
         labels = np.asarray(y).ravel().astype(np.int8)
     prov = {"source": "arrays", "transform": "none", **(provenance or {})}
+    if real and targets == "real":
+        prov["target"] = "real"
     with atomic_output(out) as tmp:
         writer = ChunkWriter(
             tmp,
@@ -380,6 +405,7 @@ def write_parquet(
             has_labels=labels is not None,
             has_values=values is not None,
             has_weight=weight is not None,
+            label_type=(pa.float32() if targets == "real" else pa.int32()) if real else None,
             row_group_rows=row_group_rows,
             provenance=prov,
             parquet_options=parquet_options,

@@ -49,6 +49,11 @@ def problem_params(problem: Problem) -> dict:
         "bucket_rows": problem.bucket_rows,
         # logistic's checkpoints predate the loss: recorded only for the others
         **({"loss": problem.loss} if problem.loss else {}),
+        **(
+            {"class_bounds": [list(b) for b in problem.class_bounds]}
+            if problem.class_bounds
+            else {}
+        ),
     }
 
 

@@ -15,6 +15,10 @@ class Problem:
     per-row sample weights multiply them inside the kernels. ``bias`` is the constant feature
     value of the intercept (``intercept_scaling``; 0 means no intercept). ``loss`` is a loss
     code of ``snapfit.solvers.dual`` (``LOSSES``: logistic, hinge, squared hinge, squared).
+
+    ``class_bounds``: one-vs-rest over K classes (``snapfit.solvers.ovr``): per class k its
+    ``(c_neg, c_pos)``; labels are then class indices and ``c_pos``/``c_neg`` go unused. Empty
+    for one problem (binary labels ±1, or real targets).
     """
 
     n_features: int
@@ -33,6 +37,12 @@ class Problem:
     # CoCoA+ sigma': the number of units updating w in one round. None means this process's
     # units (the trainer's ``Devices``); a Dask driver sets the total over all workers.
     sigma: float | None = None
+    class_bounds: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def n_classes(self) -> int:
+        """Problems solved side by side: K for one-vs-rest, else 1."""
+        return max(1, len(self.class_bounds))
 
 
 @dataclass

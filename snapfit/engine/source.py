@@ -99,9 +99,10 @@ class ChunkSource(ABC):
         return np.asarray(chunk_gaps, dtype=np.float64)
 
     # -- life of a fit ---------------------------------------------------------------------
-    def make_state(self) -> DualState:
-        """The fit's dual state: ``alpha`` (and row norms) of every row, laid out by piece."""
-        return DualState([self.chunk_rows(k) for k in range(self.n_chunks)])
+    def make_state(self, width: int = 1) -> DualState:
+        """The fit's dual state: ``alpha`` (``width`` per row) and row norms of every row,
+        laid out by piece."""
+        return DualState([self.chunk_rows(k) for k in range(self.n_chunks)], width=width)
 
     def release(self, k: int) -> None:  # noqa: B027 - a no-op unless overridden
         """Chunk ``k`` is done for this epoch (a streaming source may refill its buffer)."""

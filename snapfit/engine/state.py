@@ -115,9 +115,14 @@ class DualState:
     with_sqnorm : bool
         False when the source delivers each chunk's norms itself (``snapfit.stream``): no
         ``sqnorm`` array is kept, and ``nbytes_per_row`` is 8.
+    width : int
+        Dual variables per row: K for one-vs-rest over K classes (``snapfit.solvers.ovr``;
+        ``alpha_of`` is then ``(rows, K)``), else 1. Row offsets stay in rows.
     """
 
-    def __init__(self, chunk_rows: list[int], spill_dir: str | None = None, *, with_sqnorm=True):
+    def __init__(self, chunk_rows: list[int], spill_dir: str | None = None, *, with_sqnorm=True,
+                 width: int = 1):  # fmt: skip
+        self.width = int(width)
         self.offsets = np.zeros(len(chunk_rows) + 1, dtype=np.int64)
         np.cumsum(chunk_rows, out=self.offsets[1:])
         n = int(self.offsets[-1])
@@ -125,13 +130,14 @@ class DualState:
         self._out: dict[int, np.ndarray] = {}  # spilled: chunk -> its alpha, checked out
         self._out_sq: dict[int, np.ndarray] = {}
         m = n if with_sqnorm else 0
+        na = n * self.width
         if spill_dir is None:
-            self.alpha = np.zeros(n, dtype=np.float64)
+            self.alpha = np.zeros(na, dtype=np.float64)
             self.sqnorm = np.zeros(m, dtype=np.float32)
         else:
             # Deleted on close; the name exists only while the fit runs.
             self._spill = tempfile.TemporaryDirectory(prefix=temp_prefix("dual"), dir=spill_dir)
-            self.alpha = DiskArray(os.path.join(self._spill.name, "alpha.f64"), n, np.float64)
+            self.alpha = DiskArray(os.path.join(self._spill.name, "alpha.f64"), na, np.float64)
             self.sqnorm = DiskArray(os.path.join(self._spill.name, "sqnorm.f32"), m, np.float32)
         self.has_sqnorm = np.zeros(len(chunk_rows), dtype=bool)
 
@@ -145,31 +151,37 @@ class DualState:
         return int(self.offsets[-1])
 
     @staticmethod
-    def nbytes_per_row(with_sqnorm: bool = True) -> int:
-        return 8 + (4 if with_sqnorm else 0)
+    def nbytes_per_row(with_sqnorm: bool = True, width: int = 1) -> int:
+        return 8 * width + (4 if with_sqnorm else 0)
 
     def read_alpha(self, lo: int, out: np.ndarray) -> None:
-        """Copy alpha of rows ``[lo, lo + len(out))`` into ``out`` (spilled or not)."""
+        """Copy alpha of the rows from row ``lo`` on into ``out`` (all its entries; ``width``
+        per row, spilled or not)."""
+        flat = out.reshape(-1)  # a view: ``out`` is contiguous
+        lo *= self.width
         if self._spill is None:
-            out[:] = self.alpha[lo : lo + len(out)]
+            flat[:] = self.alpha[lo : lo + len(flat)]
         else:
-            self.alpha.read_into(lo, out)
+            self.alpha.read_into(lo, flat)
 
     def write_alpha(self, lo: int, data: np.ndarray) -> None:
-        """Store ``data`` as alpha of rows ``[lo, lo + len(data))``."""
+        """Store ``data`` (all its entries, ``width`` per row) as alpha from row ``lo`` on."""
+        flat = np.ascontiguousarray(data).reshape(-1)
+        lo *= self.width
         if self._spill is None:
-            self.alpha[lo : lo + len(data)] = data
+            self.alpha[lo : lo + len(flat)] = flat
         else:
-            self.alpha.write(lo, data)
+            self.alpha.write(lo, flat)
 
     def alpha_of(self, k: int) -> np.ndarray:
-        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
+        lo, hi = int(self.offsets[k]) * self.width, int(self.offsets[k + 1]) * self.width
         if self._spill is None:
-            return self.alpha[lo:hi]
-        out = self._out.get(k)
-        if out is None:  # the parts of a split chunk share one copy; dict ops are atomic
-            out = self._out.setdefault(k, self.alpha[lo:hi])
-        return out
+            out = self.alpha[lo:hi]
+        else:
+            out = self._out.get(k)
+            if out is None:  # the parts of a split chunk share one copy; dict ops are atomic
+                out = self._out.setdefault(k, self.alpha[lo:hi])
+        return out if self.width == 1 else out.reshape(-1, self.width)
 
     @property
     def lazy_norms(self) -> bool:
@@ -208,7 +220,7 @@ class DualState:
             return
         alpha = self._out.pop(k, None)
         if alpha is not None:
-            self.alpha.write(int(self.offsets[k]), alpha)
+            self.alpha.write(int(self.offsets[k]) * self.width, alpha)
         self._out_sq.pop(k, None)
 
     def close(self) -> None:

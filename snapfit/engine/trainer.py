@@ -123,7 +123,8 @@ class Trainer:
         d = source.n_features
         # Threads sharing w: w is thread 0's view, its cold head shared with the others' views.
         self.slots = HotSlots(d, devices.n_cpu, state.n_rows) if devices.shares_cpu else None
-        self.w = self.slots.w if self.slots is not None else np.zeros(d + 1)
+        # one-vs-rest: K blocks of d + 1, class k's at k (d + 1) (``snapfit.solvers.ovr``)
+        self.w = self.slots.w if self.slots is not None else np.zeros(problem.n_classes * (d + 1))
         # True when w may differ from w(alpha) (lost updates of threads sharing w).
         self.drifted = False
         self.units: list[Unit] = self._make_units(d)
@@ -377,9 +378,10 @@ class Trainer:
         self._sum_pass(None)
 
     def alpha(self) -> np.ndarray:
-        """Every row's packed ``alpha`` (state order), brought home from any device."""
+        """Every row's packed ``alpha`` (state order, ``state.width`` per row), brought home
+        from any device."""
         self.sync_alpha()
-        out = np.empty(self.state.n_rows)
+        out = np.empty(self.state.n_rows * self.state.width)
         self.state.read_alpha(0, out)
         return out
 

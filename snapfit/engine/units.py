@@ -21,11 +21,35 @@ A completed item is ``(item, result)``; ``result`` None means "in ``finish()``'s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from snapfit.engine.workers import Item, item_span
-from snapfit.solvers import cpu
+from snapfit.solvers import cpu, ovr
+
+
+class HostKernels(NamedTuple):
+    """A problem's CPU kernels, each taking ``bounds`` where the binary ones take ``c_pos,
+    c_neg`` (one-vs-rest's take per-class arrays; the arguments are otherwise the same)."""
+
+    cd_pass: object
+    objective: object
+    from_margins: object
+    accumulate: object
+    bounds: tuple
+
+
+@lru_cache(maxsize=64)
+def host_kernels(p) -> HostKernels:
+    """``cpu``'s kernels for one problem, ``ovr``'s for K of them (``Problem.class_bounds``)."""
+    if p.n_classes == 1:
+        return HostKernels(cpu.cd_pass, cpu.chunk_objective, cpu.alpha_from_margins,
+                           cpu.accumulate_w, (p.c_pos, p.c_neg))  # fmt: skip
+    b = np.asarray(p.class_bounds, dtype=np.float64)
+    return HostKernels(ovr.ovr_pass, ovr.ovr_objective, ovr.ovr_alpha_from_margins,
+                       ovr.ovr_accumulate, (b[:, 1].copy(), b[:, 0].copy()))  # fmt: skip
 
 
 class Unit(ABC):
@@ -98,8 +122,9 @@ class CpuUnit(Unit):
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
         p = self.p
-        result = cpu.cd_pass(
-            *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, alpha, self.view, rows,
+        kern = host_kernels(p)
+        result = kern.cd_pass(
+            *cpu.chunk_args(chunk), *kern.bounds, p.bias, sqnorm, alpha, self.view, rows,
             self.sigma, p.loss,
         )  # fmt: skip
         return [(item, result)]
@@ -107,8 +132,9 @@ class CpuUnit(Unit):
     def objective(self, item, chunk, alpha, sqnorm, w, layout):
         p = self.p
         lo, hi = item_span(item, chunk.n_rows)
-        result = cpu.chunk_objective(
-            *cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha[lo:hi], w, p.loss
+        kern = host_kernels(p)
+        result = kern.objective(
+            *cpu.chunk_args(chunk, lo, hi), *kern.bounds, p.bias, alpha[lo:hi], w, p.loss
         )
         return [(item, result)]
 
@@ -156,6 +182,7 @@ def host_warm(p, chunk, alpha, w0, out: np.ndarray, lo: int = 0, hi: int | None 
     ``[lo, hi)`` of ``chunk`` (all by default)."""
     hi = chunk.n_rows if hi is None else hi
     args = cpu.chunk_args(chunk, lo, hi)
+    kern = host_kernels(p)
     if w0 is not None:
-        cpu.alpha_from_margins(*args, p.c_pos, p.c_neg, p.bias, w0, alpha[lo:hi], p.loss)
-    cpu.accumulate_w(*args, p.c_pos, p.c_neg, p.bias, alpha[lo:hi], out, p.loss)
+        kern.from_margins(*args, *kern.bounds, p.bias, w0, alpha[lo:hi], p.loss)
+    kern.accumulate(*args, *kern.bounds, p.bias, alpha[lo:hi], out, p.loss)

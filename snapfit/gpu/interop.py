@@ -159,8 +159,8 @@ class DeviceSource(InMemorySource):
 
     device_resident = True
 
-    def make_state(self) -> DualState:
-        return DualState([c.n_rows for c in self.chunks], with_sqnorm=False)
+    def make_state(self, width: int = 1) -> DualState:
+        return DualState([c.n_rows for c in self.chunks], with_sqnorm=False, width=width)
 
     def data_fingerprint(self) -> dict:
         """A hash of the chunks' arrays, copied to the host for it (checkpoints only)."""

@@ -85,9 +85,12 @@ def chunk_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> i
     return sum(_align(s) for s in sizes)
 
 
-def buffer_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool) -> int:
-    """A streamed chunk's buffer: its CSR arrays plus its rows' norms (f32) and duals (f64)."""
-    return chunk_nbytes(n_rows, nnz, has_values, has_weight) + _align(4 * n_rows) + 8 * n_rows
+def buffer_nbytes(n_rows: int, nnz: int, has_values: bool, has_weight: bool,
+                  width: int = 1) -> int:  # fmt: skip
+    """A streamed chunk's buffer: its CSR arrays plus its rows' norms (f32) and duals (f64,
+    ``width`` per row: K for one-vs-rest over K classes)."""
+    return (chunk_nbytes(n_rows, nnz, has_values, has_weight) + _align(4 * n_rows)
+            + 8 * width * n_rows)  # fmt: skip
 
 
 #: What a fit allocates outside the plan (kernels, heap, thread stacks), paid from ``resident``.
@@ -98,14 +101,16 @@ def _align(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
-def fixed_nbytes(n_features: int, n_jobs: int) -> int:
-    """Per-thread ``w`` views of an in-memory fit (8 B per feature and thread)."""
-    return max(1, n_jobs) * (n_features + 1) * 8
+def fixed_nbytes(n_features: int, n_jobs: int, width: int = 1) -> int:
+    """Per-thread ``w`` views of an in-memory fit (8 B per feature and thread; ``width``
+    blocks of them for one-vs-rest over ``width`` classes)."""
+    return max(1, n_jobs) * (n_features + 1) * 8 * width
 
 
-def views_nbytes(n_features: int, n_jobs: int) -> int:
-    """A streamed fit's ``w`` views: one per solver thread plus one copy (see the docstring)."""
-    return (max(1, n_jobs) + 1) * (n_features + 1) * 8
+def views_nbytes(n_features: int, n_jobs: int, width: int = 1) -> int:
+    """A streamed fit's ``w`` views: one per solver thread plus one copy (see the docstring),
+    of ``width`` blocks each (one-vs-rest)."""
+    return (max(1, n_jobs) + 1) * (n_features + 1) * 8 * width
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,7 @@ def plan_budget(
     ingest_bytes: int = 0,
     n_buffers: int | None = None,
     pool_share: float = 0.5,
-    dual_per_row: int = 8,
+    width: int = 1,
     resident_min: int = 0,
 ) -> BudgetPlan:
     """Split ``budget``; raise :class:`ResourceError` naming the minimum when it cannot work.
@@ -172,7 +177,7 @@ def plan_budget(
     next to two buffers; then up to ``n_buffers`` (default :func:`buffers_wanted`) buffers are
     used, at most ``pool_share`` of what is left, and the rest is the resident share.
     """
-    fixed = views_nbytes(n_features, n_jobs)
+    fixed = views_nbytes(n_features, n_jobs, width)
     slot = max(1, max_chunk_bytes)
     minimum = max(fixed + 2 * slot + resident_min, ingest_bytes)
     if budget < minimum:
@@ -191,7 +196,7 @@ def plan_budget(
             f"{math.ceil(minimum / 1e5) / 10:.1f} MB ({why}). Raise the budget or pass a smaller "
             "chunk_rows."
         )
-    dual = dual_per_row * n_rows
+    dual = 8 * width * n_rows  # alpha, float64, ``width`` per row (one-vs-rest: K)
     avail = budget - fixed - resident_min
     spill = dual + 2 * slot > avail
     avail -= 0 if spill else dual

@@ -95,7 +95,8 @@ class PieceDecoder:
                 chunk = decode_table(
                     pa.Table.from_batches([batch]), n_features=self.dataset.n_features,
                     has_labels=self.dataset.has_labels, where=where,
-                    validate=self.dataset.validate,
+                    validate=self.dataset.validate, targets=self.dataset.targets,
+                    classes=self.dataset.classes,
                 )  # fmt: skip
                 yield row0, chunk
                 row0 += chunk.n_rows

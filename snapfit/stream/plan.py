@@ -53,10 +53,12 @@ def first_chunk_rows(n_rows: int, chunk_rows: int | None) -> int:
     return int(chunk_rows or max(16, min(DEFAULT_CHUNK_ROWS, int(n_rows) // 16)))
 
 
-def resident_peak_nbytes(stats: DataStats, n_units: int) -> int:
-    """Peak bytes of an all-resident fit: row groups and their concatenation, dual, views."""
+def resident_peak_nbytes(stats: DataStats, n_units: int, width: int = 1) -> int:
+    """Peak bytes of an all-resident fit: row groups and their concatenation, dual (``width``
+    per row), views."""
     decoded = sum(chunk_nbytes(r, z, *stats.flags) for r, z in stats.groups)
-    return 2 * decoded + 12 * stats.n_rows + fixed_nbytes(stats.n_features, n_units)
+    return (2 * decoded + (4 + 8 * width) * stats.n_rows
+            + fixed_nbytes(stats.n_features, n_units, width))  # fmt: skip
 
 
 def cache_bytes(stats: DataStats, fmt: str, id_bound: int) -> int:
@@ -112,6 +114,7 @@ class StreamPlan:
     window_min: int = 0
     id_bound: int = 0
     note: str = ""
+    width: int = 1
 
     def pieces(self) -> Pieces:
         return make_pieces(self.rg_rows, self.piece_rows)
@@ -120,7 +123,8 @@ class StreamPlan:
         """The same budget split with the largest chunk measured by the first pass."""
         return plan_budget(self.budget, n_features=self.n_features, n_jobs=self.n_units,
                            n_rows=sum(self.rg_rows), max_chunk_bytes=max_chunk_bytes,
-                           ingest_bytes=self.ingest, resident_min=self.window_min)  # fmt: skip
+                           ingest_bytes=self.ingest, resident_min=self.window_min,
+                           width=self.width)  # fmt: skip
 
     def describe(self) -> str:
         if self.resident:
@@ -137,7 +141,8 @@ class StreamPlan:
 def plan_stream(stats: DataStats, *, budget: int, n_units: int, chunk_rows: int | None = None,
                 piece_rows: int | None = None, mode: str = "auto", cache_format: str = "auto",
                 disk_free: int = 0, memory: int = 0, id_bound: int | None = None,
-                n_readers: int = 2, allow_resident: bool = True) -> StreamPlan:  # fmt: skip
+                n_readers: int = 2, allow_resident: bool = True,
+                width: int = 1) -> StreamPlan:  # fmt: skip
     """The plan for a fit of ``stats``'s data in ``budget`` bytes by ``n_units`` units.
 
     ``disk_free``: bytes the cache may take on the temp disk; ``memory``: bytes available now
@@ -145,13 +150,14 @@ def plan_stream(stats: DataStats, *, budget: int, n_units: int, chunk_rows: int 
     ``id_bound``: the stored ids are below it (hot ids of threads sharing ``w`` run past
     ``n_features``); ``allow_resident=False`` streams even data that would fit. Raises
     ``ResourceError`` naming the minimum budget when none fits, and ``ValueError`` for an
-    unknown mode or format.
+    unknown mode or format. ``width``: dual variables per row (K for one-vs-rest over K
+    classes), which size the dual state, the buffers and the ``w`` views.
     """
     budget, n_units = int(budget), max(1, int(n_units))
     nf = int(stats.n_features)
-    fits = allow_resident and resident_peak_nbytes(stats, n_units) <= budget
+    fits = allow_resident and resident_peak_nbytes(stats, n_units, width) <= budget
     if not stats.on_files or fits:
-        return StreamPlan(True, budget, n_units, nf, stats.rg_rows, stats.flags)
+        return StreamPlan(True, budget, n_units, nf, stats.rg_rows, stats.flags, width=width)
     id_bound = int(id_bound or nf)
     user_rows = chunk_rows is not None
     chunk_rows = first_chunk_rows(stats.n_rows, chunk_rows)
@@ -159,14 +165,15 @@ def plan_stream(stats: DataStats, *, budget: int, n_units: int, chunk_rows: int 
     rg_bytes = max(record_nbytes(r, z, *stats.flags) for r, z in stats.groups)
     window_min = 2 * rg_bytes if mode == "parquet" else 0
     density = max(z / max(1, r) for r, z in stats.groups)
-    plan_args = dict(n_features=nf, n_jobs=n_units, n_rows=stats.n_rows, resident_min=window_min)
+    plan_args = dict(n_features=nf, n_jobs=n_units, n_rows=stats.n_rows, resident_min=window_min,
+                     width=width)  # fmt: skip
     while True:
         rows = piece_rows_for(chunk_rows, piece_rows)
         pieces = make_pieces(stats.rg_rows, rows)
         per_chunk = max(1, round(chunk_rows / max(1, rows)))
         ingest = batch_peak_nbytes(stats, int(pieces.rows.max(initial=0)))
         biggest = int(np.sort(pieces.rows)[-per_chunk:].sum())
-        estimate = buffer_nbytes(biggest, int(np.ceil(density * biggest)), *stats.flags)
+        estimate = buffer_nbytes(biggest, int(np.ceil(density * biggest)), *stats.flags, width)
         try:
             split = plan_budget(budget, max_chunk_bytes=estimate, ingest_bytes=ingest,
                                 **plan_args)  # fmt: skip
@@ -184,6 +191,7 @@ def plan_stream(stats: DataStats, *, budget: int, n_units: int, chunk_rows: int 
         False, budget, n_units, nf, stats.rg_rows, stats.flags, stats.rg_stored, mode, fmt,
         need, chunk_rows, rows, per_chunk, -(-len(pieces) // per_chunk), split, ingest,
         int(max(1, min(n_readers, budget // max(1, ingest)))), window_min, id_bound, note,
+        width,
     )  # fmt: skip
 
 

@@ -9,7 +9,8 @@ back to decoding Parquet every epoch (4x slower per epoch). The compact record s
 * indices in 2, 3 or 4 bytes (whatever ``n_features`` needs: 3 for 2^20 hashed features);
 * values only where they are not 1.0 (one-hot categoricals are all 1.0), with a bitmap saying
   which entries those are;
-* labels as int8 (they are +-1);
+* labels as int8 when they are +-1 (real regression targets stay float32: the header's
+  label width, 1 or 4, says which);
 
 and weights and norms as float32. By the layout, a row of 40 entries with 13 valued ones and
 2^20 features takes ~185 bytes instead of 336; measured on ``make-data criteo-like`` (2^20
@@ -19,8 +20,8 @@ into the chunk buffer: a few ns per entry, far below the solver's cost per entry
 
 Layout, every section starting at a multiple of 4 bytes::
 
-    uint32 n_valued | uint8 length width | 3 pad | lengths | indices | bitmap (ceil(nnz/8))
-    | valued f32 | y int8 (n) | weight f32 (n) | sqnorm f32 (n)
+    uint32 n_valued | uint8 length width | uint8 label width | 2 pad | lengths | indices
+    | bitmap (ceil(nnz/8)) | valued f32 | y int8 or f32 (n) | weight f32 (n) | sqnorm f32 (n)
 
 (bitmap and valued only when the data set has values, weight only when it has weights).
 """
@@ -48,28 +49,33 @@ def _length_width(longest: int) -> int:
 
 
 def nbytes(n, nnz, n_valued, *, index_bytes: int, has_values: bool, has_weight: bool,
-           length_bytes: int = 1):  # fmt: skip
-    """Bytes of a record (arrays in, arrays out); ``length_bytes`` 1 for most click logs."""
+           length_bytes: int = 1, label_bytes: int = 1):  # fmt: skip
+    """Bytes of a record (arrays in, arrays out); ``length_bytes`` 1 for most click logs,
+    ``label_bytes`` 1 for labels +-1, 4 for real targets."""
     n, nnz, n_valued = (np.asarray(x, np.int64) for x in (n, nnz, n_valued))
     size = _HEADER + _up4(length_bytes * n) + _up4(index_bytes * nnz)
     if has_values:
         size = size + _up4((nnz + 7) // 8) + 4 * n_valued
-    size = size + _up4(n) + (4 * n if has_weight else 0) + 4 * n
+    size = size + _up4(label_bytes * n) + (4 * n if has_weight else 0) + 4 * n
     return size
 
 
 def encode(indptr_tail, indices, values, y, weight, sqnorm, *, index_bytes: int) -> np.ndarray:
     """The record (uint8) of one piece; ``indptr_tail`` is ``indptr[1:]`` (piece-local)."""
     n, nnz = len(y), len(indices)
+    y = np.asarray(y, np.float32)
+    yw = 1 if bool(np.all((y == 1) | (y == -1))) else 4
     lengths = np.diff(np.concatenate([[0], np.asarray(indptr_tail, np.int64)]))
     lw = _length_width(int(lengths.max(initial=0)))
     valued = None if values is None else (np.asarray(values, np.float32) != np.float32(1.0))
     n_valued = int(valued.sum()) if valued is not None else 0
     size = int(nbytes(n, nnz, n_valued, index_bytes=index_bytes, has_values=values is not None,
-                      has_weight=weight is not None, length_bytes=lw))  # fmt: skip
+                      has_weight=weight is not None, length_bytes=lw,
+                      label_bytes=yw))  # fmt: skip
     out = np.zeros(size, np.uint8)
     out[:4] = np.frombuffer(np.uint32(n_valued).tobytes(), np.uint8)
     out[4] = lw
+    out[5] = yw
     pos = _HEADER
 
     def put(raw: np.ndarray) -> None:
@@ -84,7 +90,7 @@ def encode(indptr_tail, indices, values, y, weight, sqnorm, *, index_bytes: int)
     if values is not None:
         put(np.packbits(valued, bitorder="little"))
         put(np.asarray(values, np.float32)[valued])
-    put(np.asarray(y).astype(np.int8))
+    put(y.astype(np.int8) if yw == 1 else y)
     if weight is not None:
         put(np.asarray(weight, np.float32))
     put(np.asarray(sqnorm, np.float32))
@@ -137,9 +143,13 @@ def _expand(rec, n, nnz, index_bytes, has_values, has_weight,
             else:
                 values[k] = 1.0
         pos += 4 * n_valued
-    for i in range(n):
-        y[i] = np.float32(np.int8(rec[pos + i]))
-    pos += (n + 3) & ~3
+    if rec[5] == 4:
+        y[:] = rec[pos : pos + 4 * n].view(np.float32)
+        pos += 4 * n
+    else:
+        for i in range(n):
+            y[i] = np.float32(np.int8(rec[pos + i]))
+        pos += (n + 3) & ~3
     if has_weight:
         weight[:] = rec[pos : pos + 4 * n].view(np.float32)
         pos += 4 * n

@@ -156,7 +156,7 @@ class StreamSource(ChunkSource):
     # -- sizes -----------------------------------------------------------------------------
     def _max_buffer(self) -> int:
         """Upper bound over any deal (see ``max_chunk_shape``)."""
-        return buffer_nbytes(*self.max_chunk_shape(), *self._flags)
+        return buffer_nbytes(*self.max_chunk_shape(), *self._flags, self.stream_plan.width)
 
     @property
     def n_chunks(self) -> int:
@@ -244,7 +244,10 @@ class StreamSource(ChunkSource):
         y = take(np.float32, n)
         weight = take(np.float32, n) if has_weight else None
         sqnorm = take(np.float32, n)
-        alpha = take(np.float64, n)
+        width = self.stream_plan.width
+        alpha = take(np.float64, n * width)
+        if width > 1:  # one-vs-rest: K per row
+            alpha = alpha.reshape(n, width)
         indptr[0] = 0
         offsets = self.state.offsets
         r0 = z0 = 0
@@ -366,11 +369,17 @@ class StreamSource(ChunkSource):
                 left -= int(self._record[p])
         self._target = target
 
-    def make_state(self) -> DualState:
+    def make_state(self, width: int = 1) -> DualState:
         """Dual variables per piece (in a file when the plan says spill); norms come with the
-        chunks, so the state hands out the live chunk's arrays."""
+        chunks, so the state hands out the live chunk's arrays. ``width`` is the plan's."""
+        if width != self.stream_plan.width:
+            raise ValueError(
+                f"the stream was planned for {self.stream_plan.width} dual variables per row, "
+                f"not {width}; plan it with width={width}."
+            )
         state = _PieceState(self, [int(r) for r in self.pieces.rows],
-                            spill_dir=self.cache_dir if self.plan.spill_dual else None)  # fmt: skip
+                            spill_dir=self.cache_dir if self.plan.spill_dual else None,
+                            width=width)  # fmt: skip
         self.state = state
         return state
 
@@ -413,8 +422,8 @@ class StreamSource(ChunkSource):
 class _PieceState(DualState):
     """``DualState`` laid out by piece; a chunk's alpha and norms are its buffer's copies."""
 
-    def __init__(self, source: StreamSource, piece_rows: list[int], spill_dir=None):
-        super().__init__(piece_rows, spill_dir=spill_dir, with_sqnorm=False)
+    def __init__(self, source: StreamSource, piece_rows: list[int], spill_dir=None, width=1):
+        super().__init__(piece_rows, spill_dir=spill_dir, with_sqnorm=False, width=width)
         self._source = source  # norms live in the cache, not here
 
     def alpha_of(self, k: int) -> np.ndarray:
