@@ -396,9 +396,10 @@ def test_linear_svc_on_the_cluster_reaches_the_local_optimum(client, svm_data, l
     np.testing.assert_array_equal(lazy.compute(), local.predict(X))
 
 
-def test_ridge_on_the_cluster_reaches_the_local_optimum(client, svm_data):
+def test_ridge_on_the_cluster_reaches_the_local_optimum(client, svm_data, tmp_path):
     """Real targets travel in the array blocks (float32, as ``Ridge`` keeps them) with sample
-    weights; the squared loss's rounds reach ``snapfit.Ridge``'s optimum."""
+    weights, or the workers read them from Parquet; the squared loss's rounds reach
+    ``snapfit.Ridge``'s optimum."""
     _, X, _ = svm_data
     rng = np.random.default_rng(3)
     target = np.asarray(X @ rng.normal(size=256)).ravel() + rng.normal(size=X.shape[0])
@@ -417,8 +418,15 @@ def test_ridge_on_the_cluster_reaches_the_local_optimum(client, svm_data):
     assert isinstance(pred, da.Array)
     np.testing.assert_allclose(pred.compute(), local.predict(X), rtol=1e-12)
     np.testing.assert_allclose(local.predict(X), ref.predict(X), atol=1e-3)
-    with pytest.raises(TypeError, match="Parquet carries no real targets"):
-        est.fit("train.parquet", None)
+    with pytest.raises(TypeError, match="Use snapfit.Ridge for in-memory arrays"):
+        est.fit(X, target)
+    path = str(tmp_path / "targets.parquet")
+    write_parquet(path, X, target, weight=sw, targets="real", row_group_rows=250)
+    est.fit(path)
+    last = est.history_[-1]
+    assert last["rel_gap"] <= 1e-8 and {p["mode"] for p in est.parts_} == {"resident"}
+    assert _rel(last["primal"], ref.history_[-1]["primal"]) <= 1e-6
+    np.testing.assert_allclose(est.predict(path).compute(), local.predict(X), atol=1e-3)
 
 
 def test_cli_trains_a_linear_svm_on_a_running_scheduler(client, svm_data, tmp_path):

@@ -185,9 +185,10 @@ class Part:
             n_pos = int((self.chunk.y > 0).sum())
             counts = (self.chunk.n_rows - n_pos, n_pos)
             nnz = self.chunk.nnz
-        else:
-            counts = self.source.dataset.label_counts()
-            nnz = int(self.source.dataset.nnz)
+        else:  # real targets (ridge) have no classes to count
+            data = self.source.dataset
+            counts = data.label_counts() if data.targets != "real" else (0, 0)
+            nnz = int(data.nnz)
         return {
             "address": self.address,
             "ids": self.ids,

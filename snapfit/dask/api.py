@@ -30,6 +30,12 @@ from snapfit.svm import LinearSVC, _never
 log = logging.getLogger("snapfit")
 
 
+def _units(est) -> dict:
+    """What each worker resolves into its units (``snapfit.train.resolve_devices``)."""
+    return {"device": est.device, "n_jobs": est.n_jobs, "device_ids": est.device_ids,
+            "deterministic": est.deterministic}  # fmt: skip
+
+
 def _is_dask_collection(x) -> bool:
     import dask
 
@@ -137,12 +143,10 @@ class _DaskClassifier(_DaskDoor):
         per_round = (on_round, self._print_round if self.verbose else None)
         callbacks += [lambda rec, w, c=c: c(rec) for c in per_round if c]
 
-        units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids,
-                 "deterministic": self.deterministic}  # fmt: skip
         result = train(
             client, inp, problem,  # its loss is the local estimator's (``_loss_name``)
             class_weights=self._class_bounds,
-            units=units, timeout=timeout, checkpoint_every=int(self.checkpoint_every),
+            units=_units(self), timeout=timeout, checkpoint_every=int(self.checkpoint_every),
             tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
             memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
             max_passes=max_passes, correction=correction,
@@ -357,13 +361,15 @@ class DaskLinearSVC(_DaskClassifier, LinearSVC):
 
 
 class DaskRidge(_DaskDoor, Ridge):
-    """``snapfit.Ridge`` trained on a Dask cluster from dask arrays: ``fit(X, y)`` with ``y``
-    the real targets (a dask array or array-like, kept as float32 on the workers, as
-    ``Ridge`` keeps them) and optional ``sample_weight``; the parameters of ``snapfit.Ridge``
-    plus ``client``. The rounds are ``DaskLogisticRegression``'s with the squared loss in every
-    worker's passes and measurements. Parquet input is refused: snapfit's format carries 0/1
-    labels, not real targets. ``predict`` returns a dask array for a dask array;
-    ``to_local()`` gives a fitted ``snapfit.Ridge``.
+    """``snapfit.Ridge`` trained on a Dask cluster; its parameters plus ``client``. ``fit``
+    takes snapfit Parquet with real targets in its ``label`` column (each worker reads its row
+    groups, resident or streamed within ``memory_budget``) or a dask array ``X`` with targets
+    ``y`` (a dask array or array-like, kept as float32 on the workers, as ``Ridge`` keeps them)
+    and optional ``sample_weight``. The rounds are ``DaskLogisticRegression``'s with the
+    squared loss in every worker's passes and measurements; early stopping is ``Ridge``'s
+    (``validation_metric`` "rmse" or "r2"), scored after every round. ``predict`` returns a
+    dask array for a dask array or Parquet paths; ``to_local()`` gives a fitted
+    ``snapfit.Ridge``.
     """
 
     _local = Ridge
@@ -380,77 +386,101 @@ class DaskRidge(_DaskDoor, Ridge):
         max_iter=1000,
         device="auto",
         n_jobs=None,
+        deterministic=True,
+        device_ids=None,
+        memory_budget=None,
+        chunk_rows=None,
         random_state=None,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+        early_stopping_rounds=None,
+        validation_metric="rmse",
+        early_stopping_gap=1e-2,
     ):
         super().__init__(
             alpha, fit_intercept=fit_intercept, intercept_scaling=intercept_scaling, tol=tol,
-            max_iter=max_iter, device=device, n_jobs=n_jobs, random_state=random_state,
+            max_iter=max_iter, device=device, n_jobs=n_jobs, deterministic=deterministic,
+            device_ids=device_ids, memory_budget=memory_budget, chunk_rows=chunk_rows,
+            random_state=random_state, checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every, early_stopping_rounds=early_stopping_rounds,
+            validation_metric=validation_metric, early_stopping_gap=early_stopping_gap,
         )  # fmt: skip
         self.client = client
 
-    def fit(self, X, y, sample_weight=None, *, timeout: float = 600.0, tree_above: int = 16,
-            max_passes: int = 10, correction: bool = True, on_round=None):  # fmt: skip
-        """Fit on a dask array ``X`` with real targets ``y``; the keywords are
-        ``DaskLogisticRegression.fit``'s."""
-        import warnings
-
-        import dask.array as da
-        from sklearn.exceptions import ConvergenceWarning
-
-        from snapfit.dask._inputs import ArrayInput
+    def fit(self, X, y=None, sample_weight=None, *, timeout: float = 600.0,
+            tree_above: int = 16, max_passes: int = 10, correction: bool = True,
+            on_round=None, validation=None):  # fmt: skip
+        """Fit on Parquet paths (targets inside) or a dask array ``X`` with targets ``y``; the
+        keywords are ``DaskLogisticRegression.fit``'s."""
+        from snapfit.dask._inputs import ArrayInput, ParquetInput
         from snapfit.engine import Problem
         from snapfit.solvers.dual import SQUARED
 
         self._validate_params()
-        if not _is_dask_collection(X):
-            raise TypeError(
-                f"DaskRidge.fit takes a dask array X (and targets y); got {type(X).__name__}. "
-                "Use snapfit.Ridge for in-memory arrays; Parquet carries no real targets."
+        if self.checkpoint_dir is not None:
+            raise ValueError(
+                "checkpoint_dir is not used by Dask fits: the driver keeps the checkpoint (alpha "
+                "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
             )
-        if y is None:
-            raise ValueError("a dask array X needs targets y (a dask array or array-like).")
         client = self._client()
-        inp = ArrayInput(client, X, da.asarray(y), sample_weight, None)
+        dataset = None if _is_dask_collection(X) else as_dataset(X, targets="real")
+        if dataset is not None:
+            if y is not None or sample_weight is not None:
+                raise ValueError(
+                    "Parquet input carries its targets and weights in its 'label' and 'weight' "
+                    "columns; call fit(path) without y and sample_weight."
+                )
+            inp = ParquetInput(dataset)
+        elif _is_dask_collection(X):
+            if y is None:
+                raise ValueError("a dask array X needs targets y (a dask array or array-like).")
+            import dask.array as da
+
+            inp = ArrayInput(client, X, da.asarray(y), sample_weight, None)
+        else:
+            raise TypeError(
+                f"DaskRidge.fit takes Parquet paths or a dask array X; got {type(X).__name__}. "
+                "Use snapfit.Ridge for in-memory arrays, or dask.array.from_array(X) to train "
+                "on the cluster."
+            )
         inp.timeout = timeout
         d = self.n_features_in_ = inp.n_features
+        self.feature_map_ = (featuremap.of_data(dataset) if dataset is not None
+                             else featuremap.of_width(d))  # fmt: skip
         bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
         c = 1.0 / float(self.alpha)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         problem = Problem(n_features=d, c_pos=c, c_neg=c, bias=bias, tol=float(self.tol),
                           max_iter=int(self.max_iter), seed=seed, loss=SQUARED)  # fmt: skip
-        units = {"device": self.device, "n_jobs": self.n_jobs}
-        result = train(client, inp, problem, class_weights=None, units=units, timeout=timeout,
-                       tree_above=tree_above, max_passes=max_passes, correction=correction,
-                       on_round=(lambda rec, w: on_round(rec)) if on_round else None)  # fmt: skip
+        stopper = self._early_stopping(validation, d, bias)
+        callbacks = [stopper] if stopper is not None else []
+        if on_round is not None:
+            callbacks.append(lambda rec, w: on_round(rec))
+        result = train(client, inp, problem, class_weights=None, units=_units(self),
+                       timeout=timeout, checkpoint_every=int(self.checkpoint_every),
+                       tree_above=tree_above, memory_budget=self.memory_budget,
+                       chunk_rows=self.chunk_rows, max_passes=max_passes, correction=correction,
+                       on_round=(lambda rec, w: any([bool(c(rec, w)) for c in callbacks]))
+                       if callbacks else None)  # fmt: skip
         self.parts_ = result.parts
         self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
-        self.coef_ = np.asarray(result.w[:d], dtype=np.float64).copy()
-        self.intercept_ = float(result.w[d] * bias)
-        self.n_iter_ = int(result.n_iter)
         self.history_ = result.history
-        if not result.converged:
-            gap = self.history_[-1]["rel_gap"] if self.history_ else float("nan")
-            warnings.warn(
-                f"snapfit did not reach tol={self.tol} in max_iter={self.max_iter} rounds "
-                f"(relative duality gap {gap:.3g}); increase max_iter.",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-        return self
+        return self._keep(result.w, int(result.n_iter), bool(result.converged), bias, stopper)
 
     def predict(self, X):
-        """``X w + b``: a dask array for a dask array, else ``snapfit.Ridge.predict``."""
+        """``X w + b``: a dask array for a dask array or Parquet paths, else
+        ``snapfit.Ridge.predict``'s."""
         check_is_fitted(self)
-        if _is_dask_collection(X):
-            return self._lazy_decision(X, self.coef_, float(self.intercept_))
-        return super().predict(X)
+        lazy = self._lazy_decision(X, self.coef_, float(self.intercept_))
+        return super().predict(X) if lazy is None else lazy
 
     def to_local(self) -> Ridge:
         """The fitted ``snapfit.Ridge`` with the same parameters and coefficients."""
         check_is_fitted(self)
         est = Ridge(**{k: v for k, v in self.get_params().items() if k != "client"})
-        est.coef_, est.intercept_ = self.coef_.copy(), self.intercept_
-        est.n_features_in_, est.n_iter_ = self.n_features_in_, self.n_iter_
+        for name, value in vars(self).items():
+            if name.endswith("_") and not name.startswith("_") and name != "parts_":
+                setattr(est, name, value.copy() if isinstance(value, np.ndarray) else value)
         est.history_ = [dict(h) for h in self.history_]
         return est
 
