@@ -97,6 +97,12 @@ def to_onnx(est) -> bytes:
 
 def export(est, out, fmt: str) -> None:
     """Write ``est`` to ``out`` in ``fmt`` (json or onnx), atomically."""
+    if np.ndim(est.coef_) == 2 and np.shape(est.coef_)[0] > 1:
+        raise SnapfitError(
+            f"the model is one-vs-rest over {np.shape(est.coef_)[0]} classes; export writes "
+            "binary and ridge models only: score it with snapfit predict, or export one binary "
+            "model per class."
+        )
     if fmt == "json":
         payload = (json.dumps(to_json(est), indent=1) + "\n").encode()
     elif fmt == "onnx":

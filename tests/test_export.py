@@ -151,3 +151,12 @@ def test_export_of_a_model_of_an_unknown_loss_says_so(tmp_path):
     assert res.exit_code == 3
     assert "the model's loss 'cubic' is not one this snapfit knows" in res.output
     assert not (tmp_path / "m.json").exists()
+
+
+def test_export_of_a_one_vs_rest_model_is_refused(tmp_path):
+    X = np.random.default_rng(0).random((60, 4))
+    est = snapfit.LogisticRegression(C=1.0, random_state=0).fit(X, np.arange(60) % 3)
+    est.save(tmp_path / "m.npz")
+    res = _run("export", tmp_path / "m.npz", tmp_path / "m.json")
+    assert res.exit_code == 1 and "one-vs-rest over 3 classes" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
