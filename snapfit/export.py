@@ -3,9 +3,12 @@
 The ``.npz`` model file is snapfit's own (checksummed, loads back into an estimator). Serving
 code in another language wants something it can parse without numpy: the JSON document holds
 the nonzero weights by index (a hashed Criteo model is mostly zeros), the intercept, the classes
-and the feature map that says how to build an input row. ONNX goes through scikit-learn's
-``LogisticRegression`` (``to_sklearn()``) and ``skl2onnx``; its input is a dense float tensor,
-so it suits models with up to some thousands of features, not 2^20 hashed ones.
+and the feature map that says how to build an input row; its "model" says how to score with
+them for each estimator. ONNX goes through the estimator's scikit-learn twin (``to_sklearn()``)
+and ``skl2onnx``, as that twin would convert: a ``LinearClassifier`` with a logistic post
+transform for ``LogisticRegression``, without one for ``LinearSVC`` (labels by the score's
+sign), a ``LinearRegressor`` for ``Ridge``. Its input is a dense float tensor, so it suits
+models with up to some thousands of features, not 2^20 hashed ones.
 """
 
 from __future__ import annotations
@@ -22,27 +25,58 @@ JSON_FORMAT = "snapfit.model.json"
 FORMATS = ("json", "onnx")
 
 
+#: What the JSON document's "model" says, by the estimator's loss (``_loss_name``).
+MODELS = {
+    "logistic": "logistic regression: P(classes[1] | x) = 1 / (1 + exp(-(w.x + intercept)))",
+    "hinge": "linear SVM (hinge loss): classes[1] if w.x + intercept > 0 else classes[0]",
+    "squared_hinge": "linear SVM (squared hinge loss): classes[1] if w.x + intercept > 0 else "
+    "classes[0]",
+    "squared": "ridge regression: prediction = w.x + intercept",
+}
+
+
 def to_json(est) -> dict:
-    """The JSON document of a fitted estimator (see the module docstring)."""
+    """The JSON document of a fitted estimator (see the module docstring); a regressor's has
+    no "classes"."""
+    loss = est._loss_name()
     coef = np.asarray(est.coef_, dtype=np.float64).ravel()
     nz = np.flatnonzero(coef)
-    classes = est.classes_.tolist()
-    return {
+    doc = {
         "format": JSON_FORMAT,
         "format_version": 1,
-        "model": "logistic regression: P(classes[1] | x) = 1 / (1 + exp(-(w.x + intercept)))",
-        "classes": classes,
-        "intercept": float(est.intercept_[0]),
+        "model": MODELS[loss],
+        "loss": loss,
+        "classes": est.classes_.tolist() if loss != "squared" else None,
+        "intercept": float(np.ravel(est.intercept_)[0]),
         "n_features": int(coef.size),
-        "feature_map": featuremap.of_model(est),
+        # Ridge's coef_ is 1-d, and it records a map only when fitted on converted data
+        "feature_map": getattr(est, "feature_map_", None) or featuremap.of_width(coef.size),
         "weights": {"indices": nz.tolist(), "values": coef[nz].tolist()},
-        "n_iter": int(est.n_iter_[0]),
+        "n_iter": int(np.ravel(est.n_iter_)[0]),
     }
+    if doc["classes"] is None:
+        del doc["classes"]
+    return doc
+
+
+#: skl2onnx's output names renamed to say what they hold, by loss.
+_ONNX_OUTPUTS = {"hinge": {"probabilities": "scores"},
+                 "squared_hinge": {"probabilities": "scores"},
+                 "squared": {"variable": "prediction"}}  # fmt: skip
+
+
+def _rename_outputs(graph, names: dict[str, str]) -> None:
+    for node in graph.node:
+        node.output[:] = [names.get(o, o) for o in node.output]
+    for out in graph.output:
+        out.name = names.get(out.name, out.name)
 
 
 def to_onnx(est) -> bytes:
-    """An ONNX graph (bytes) of ``est.to_sklearn()``: input "input" float [n, n_features],
-    outputs "label" and "probabilities" (a plain tensor, no ZipMap)."""
+    """An ONNX graph (bytes) of ``est.to_sklearn()`` with input "input" float [n, n_features]
+    and outputs: "label" and "probabilities" [n, 2] (a plain tensor, no ZipMap) for logistic
+    regression; "label" and "scores" [n, 1] (``w.x + b``) for a linear SVM; "prediction"
+    [n, 1] for ridge."""
     try:
         from skl2onnx import convert_sklearn
         from skl2onnx.common.data_types import FloatTensorType
@@ -51,14 +85,24 @@ def to_onnx(est) -> bytes:
             "ONNX export needs skl2onnx, an optional dependency: pip install 'snapfit[onnx]'."
         ) from None
     sk = est.to_sklearn()
-    d = int(est.coef_.shape[1])
-    graph = convert_sklearn(sk, initial_types=[("input", FloatTensorType([None, d]))],
-                            options={id(sk): {"zipmap": False}})  # fmt: skip
-    return graph.SerializeToString()
+    loss = est._loss_name()
+    d = int(np.shape(est.coef_)[-1])
+    # zipmap is an option of the probabilistic classifiers' converters only
+    options = {id(sk): {"zipmap": False}} if loss == "logistic" else None
+    model = convert_sklearn(sk, initial_types=[("input", FloatTensorType([None, d]))],
+                            options=options)  # fmt: skip
+    _rename_outputs(model.graph, _ONNX_OUTPUTS.get(loss, {}))
+    return model.SerializeToString()
 
 
 def export(est, out, fmt: str) -> None:
     """Write ``est`` to ``out`` in ``fmt`` (json or onnx), atomically."""
+    if np.ndim(est.coef_) == 2 and np.shape(est.coef_)[0] > 1:
+        raise SnapfitError(
+            f"the model is one-vs-rest over {np.shape(est.coef_)[0]} classes; export writes "
+            "binary and ridge models only: score it with snapfit predict, or export one binary "
+            "model per class."
+        )
     if fmt == "json":
         payload = (json.dumps(to_json(est), indent=1) + "\n").encode()
     elif fmt == "onnx":

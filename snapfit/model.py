@@ -154,6 +154,23 @@ def load_estimator(path, est):
     return est
 
 
+def load_any(path):
+    """The fitted estimator of the model file at ``path``, by the loss its header records:
+    ``snapfit.load``, ``snapfit.svm.load`` or ``snapfit.ridge.load`` (for commands that take
+    any model, such as ``snapfit export``)."""
+    import importlib
+
+    _, header = load_arrays(path)
+    loss = header.get("loss", "logistic")
+    if loss not in _LOADERS:
+        raise DataError(
+            f"{os.fspath(path)}: the model's loss {loss!r} is not one this snapfit knows "
+            f"({', '.join(_LOADERS)}); upgrade snapfit."
+        )
+    module = _LOADERS[loss].rpartition(".")[0] or "estimator"  # snapfit.load is estimator's
+    return importlib.import_module(f"snapfit.{module}").load(path)
+
+
 def is_model_file(path) -> bool:
     """Whether ``path`` is a local file in the model format (an .npz with snapfit's header)."""
     path = os.fspath(path)

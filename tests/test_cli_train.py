@@ -326,10 +326,28 @@ def test_train_on_a_local_dask_cluster(files, tmp_path, run):
               "--tol", "1e-4", "--n-jobs", 1, "--quiet")  # fmt: skip
     assert res.exit_code == 0, res.output
     dask_model = snapfit.load(out)
+    assert dask_model.history_[-1]["n_workers"] == 2
     local = snapfit.LogisticRegression(C=0.5, tol=1e-8, max_iter=500).fit(str(files["train"]))
     p = dask_model.predict_proba(files["test_X"])[:, 1]
     q = local.predict_proba(files["test_X"])[:, 1]
     assert abs(log_loss(files["test_y"], p) - log_loss(files["test_y"], q)) < 1e-3
+
+
+def test_train_a_linear_svm_on_a_local_dask_cluster(files, tmp_path, run):
+    """``--loss squared_hinge --workers 2``: a ``LinearSVC`` model whose last round's exact
+    relative gap is within ``--tol``, at the local fit's primal."""
+    from snapfit import svm
+
+    out = tmp_path / "m.npz"
+    res = run("train", files["train"], "--out", out, "--workers", 2, "--loss", "squared_hinge",
+              "--C", "0.05", "--tol", "1e-6", "--n-jobs", 1, "--quiet")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    model = svm.load(out)
+    last = model.history_[-1]
+    assert model.loss == "squared_hinge" and last["n_workers"] == 2 and last["rel_gap"] <= 1e-6
+    local = snapfit.LinearSVC(C=0.05, tol=1e-10, max_iter=3000).fit(str(files["train"]))
+    ref = local.history_[-1]["primal"]
+    assert abs(last["primal"] - ref) <= 1e-6 * abs(ref)
 
 
 def test_report_without_matplotlib_says_which_extra(files, tmp_path, run, monkeypatch):

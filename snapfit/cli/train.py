@@ -63,10 +63,10 @@ def _check_loss(ctx, loss: str, dask: bool, alpha, validation_metric, class_weig
 
     from snapfit.validation import LOSS_METRICS
 
-    if loss != "logistic" and dask:
+    if loss == "squared" and dask:
         raise click.UsageError(
-            f"--loss {loss} trains on one machine for now: --scheduler and --workers train "
-            "logistic models only."
+            "--loss squared trains on one machine for now: --scheduler and --workers train the "
+            "classifiers (snapfit.dask.DaskRidge fits ridge on a cluster from Python)."
         )
     if loss == "squared":
         if ctx.get_parameter_source("C") not in (None, ParameterSource.DEFAULT):
@@ -105,9 +105,11 @@ def load_any(path):
 
 
 def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
-    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator. A new
-    local cluster for ``device="gpu"`` is dask-cuda's (one worker per GPU) when installed."""
-    from snapfit.dask import DaskLogisticRegression, cluster_client
+    """Fit ``est``'s parameters on a Dask cluster; return the fitted local estimator (a
+    ``LinearSVC`` for ``est`` one). A new local cluster for ``device="gpu"`` is dask-cuda's (one
+    worker per GPU) when installed."""
+    from snapfit import LinearSVC
+    from snapfit.dask import DaskLinearSVC, DaskLogisticRegression, cluster_client
 
     gpu = est.device == "gpu"
     with contextlib.ExitStack() as stack:
@@ -123,7 +125,8 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
                 f"{scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT_S:g} s "
                 f"({type(e).__name__}); check the address and that a scheduler runs there."
             ) from None
-        dask_est = DaskLogisticRegression(client=client, **est.get_params())
+        door = DaskLinearSVC if isinstance(est, LinearSVC) else DaskLogisticRegression
+        dask_est = door(client=client, **est.get_params())
         dask_est.fit(data, on_round=lambda rec: on_epoch(rec, None, None), validation=validation)
         return dask_est.to_local()
 
@@ -529,10 +532,11 @@ def report(source, out, title, force):
 )
 @FORCE
 def export(model, out, fmt, force):
-    """Write MODEL as JSON or ONNX to OUT, for serving outside Python."""
-    import snapfit
+    """Write MODEL (logistic regression, linear SVM or ridge) as JSON or ONNX to OUT, for
+    serving outside Python."""
     from snapfit.data import check_output
     from snapfit.export import export as run
+    from snapfit.model import load_any
 
     if fmt is None:
         fmt = out.rsplit(".", 1)[-1].lower() if "." in out else ""
@@ -542,7 +546,7 @@ def export(model, out, fmt, force):
                 param_hint="'--format'",
             )
     check_output(out, [model], force=force)
-    run(snapfit.load(model), out, fmt)
+    run(load_any(model), out, fmt)
     click.echo(f"Wrote {out} ({fmt}).")
 
 

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 __all__ = [
     "DaskFit",
+    "DaskLinearSVC",
     "DaskLogisticRegression",
+    "DaskRidge",
     "FitTimeoutError",
     "WorkerLost",
     "balance",
@@ -36,7 +38,14 @@ _FROM_DRIVER = {"DaskFit", "FitTimeoutError", "WorkerLost", "balance", "train"}
 
 if TYPE_CHECKING:
     from snapfit.dask._driver import DaskFit, FitTimeoutError, WorkerLost, balance, train
-    from snapfit.dask.api import DaskLogisticRegression, cluster_client, fit, warm_up
+    from snapfit.dask.api import (
+        DaskLinearSVC,
+        DaskLogisticRegression,
+        DaskRidge,
+        cluster_client,
+        fit,
+        warm_up,
+    )
 
 
 def __getattr__(name: str):

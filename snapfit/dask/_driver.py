@@ -476,7 +476,7 @@ def train(
     inp,
     problem: Problem,
     *,
-    class_weights: Callable[[tuple], tuple[float, float]],
+    class_weights: Callable[[tuple], tuple[float, float]] | None,
     units: dict | None = None,
     timeout: float = 600.0,
     checkpoint_every: int = 1,
@@ -491,7 +491,8 @@ def train(
     """Run rounds over the cluster until the exact relative gap is at most ``tol``.
 
     ``problem`` carries everything but the class bounds (``class_weights((n_neg, n_pos))``
-    gives ``(c_neg, c_pos)`` once the workers have counted their labels) and sigma'. ``units``
+    gives ``(c_neg, c_pos)`` once the workers have counted their labels; None for real targets,
+    whose bounds ``problem`` carries) and sigma'. ``units``
     are the estimator's ``device``, ``n_jobs`` (None: each worker's own thread count) and
     ``device_ids``, resolved on each worker; ``memory_budget`` and ``chunk_rows`` apply to each
     worker's share; ``max_passes`` bounds the engine passes of one part in one round;
@@ -512,13 +513,15 @@ def train(
         infos = _create_first(rd, inp, threads)
         n_neg = sum(i["label_counts"][0] for i in infos.values())
         n_pos = sum(i["label_counts"][1] for i in infos.values())
-        if not (n_neg and n_pos):
-            raise DataError(
-                f"{inp.name}: every label is {'positive' if n_pos else 'negative'} "
-                f"({n_neg + n_pos} rows); training needs both classes."
-            )
-        c_neg, c_pos = class_weights((n_neg, n_pos))
-        base = replace(problem, c_pos=float(c_pos), c_neg=float(c_neg))
+        base = problem
+        if class_weights is not None:
+            if not (n_neg and n_pos):
+                raise DataError(
+                    f"{inp.name}: every label is {'positive' if n_pos else 'negative'} "
+                    f"({n_neg + n_pos} rows); training needs both classes."
+                )
+            c_neg, c_pos = class_weights((n_neg, n_pos))
+            base = replace(problem, c_pos=float(c_pos), c_neg=float(c_neg))
         if not correction:
             max_passes = 1
         fit = Fit(rd, base, checkpoint_every=checkpoint_every, max_passes=max_passes,

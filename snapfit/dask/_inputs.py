@@ -31,13 +31,16 @@ class ParquetInput:
 
 
 def _block(x, y, classes, w):
-    """One row block as the parts want it: labels mapped to 0/1 (``classes[1]`` is 1)."""
+    """One row block as the parts want it: labels mapped to 0/1 (``classes[1]`` is 1), or real
+    targets as float32 when ``classes`` is None."""
     y = np.asarray(y).ravel()
-    return (x, (y == classes[1]).astype(np.int8), None if w is None else np.asarray(w).ravel())
+    y = y.astype(np.float32) if classes is None else (y == classes[1]).astype(np.int8)
+    return (x, y, None if w is None else np.asarray(w).ravel())
 
 
 class ArrayInput:
-    kind = "arrays"
+    """Dask arrays ``X`` and ``y``: labels of ``classes`` (kind "arrays") or, with ``classes``
+    None, real targets (kind "targets", for the squared loss)."""
 
     def __init__(self, client, X, y, sample_weight, classes):
         import dask
@@ -55,6 +58,7 @@ class ArrayInput:
         blocks = [dask.delayed(_block, pure=True)(x, yy, classes, w)
                   for x, yy, w in zip(xs, ys, ws, strict=True)]  # fmt: skip
         self.futures = client.compute(blocks)  # computed where dask puts them, never gathered
+        self.kind = "arrays" if classes is not None else "targets"
         self.client = client
         self.timeout = 600.0
         self.name = "dask array X"

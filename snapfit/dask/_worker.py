@@ -13,7 +13,8 @@ A round asks two things of a part (see ``_driver`` for why):
 
 ``measure(w)``
     one pass at the global ``w``: the exact loss, entropy and gap sums of this share and its
-    gradient share ``r_k = sum_{i in k} (a_i - p_i) y_i x_i`` (``_kernels.measure``);
+    gradient share ``r_k = sum_{i in k} (a_i - p_i) y_i x_i`` (``_kernels.measure``, for the
+    loss code the problem carries);
 ``step(g, theta)``
     the engine's coordinate passes on this share's subproblem, started from the view
     ``w + theta (s_k r_k - g)`` with curvature ``s_k = n / n_k``, until its gap is below the
@@ -42,11 +43,15 @@ from snapfit.train import (
 EXTRA_BYTES_PER_ROW = 8
 
 
-def _array_chunk(block) -> Chunk:
-    """A ``(X, y01, weight)`` block (numpy or scipy.sparse X, 0/1 labels) as one CSR chunk."""
+def _array_chunk(block, targets: bool = False) -> Chunk:
+    """A ``(X, y, weight)`` block (numpy or scipy.sparse X) as one CSR chunk: ``y`` 0/1 labels,
+    or with ``targets`` real targets kept as they are (float32, as ``snapfit.Ridge`` keeps them)."""
     from snapfit.data.memory import csr_arrays
 
     X, y, weight = block
+    if targets:
+        indptr, indices, values, _, weight, _ = csr_arrays(X, None, weight)
+        return Chunk(indptr, indices, values, np.asarray(y, dtype=np.float32), weight)
     indptr, indices, values, y_pm, weight, _ = csr_arrays(X, y, weight)
     return Chunk(indptr, indices, values, y_pm, weight)
 
@@ -71,7 +76,8 @@ class Part:
 
     ``ids`` are the driver's chunk ids (Parquet row groups or array blocks) this part owns, in
     the order its rows are laid out (alpha included); ``payload`` is the ``Dataset`` to read
-    them from, or the list of array blocks (resolved from futures by the scheduler). ``inherit``
+    them from (``kind`` "parquet"), or the list of array blocks (resolved from futures by the
+    scheduler) with 0/1 labels ("arrays") or real targets ("targets"). ``inherit``
     names an earlier ``Part`` of the same fit on this worker (after a lost worker a new
     generation starts) whose resident rows are reused instead of read again.
     ``units`` are the estimator's ``device``, ``n_jobs`` and ``device_ids``, resolved here;
@@ -114,7 +120,7 @@ class Part:
                 if k in kept:
                     chunks.append(kept[k])
                 else:
-                    chunks.append(_array_chunk(payload[j]))
+                    chunks.append(_array_chunk(payload[j], targets=kind == "targets"))
                     self.read.append(k)
             self._keep_resident(chunks)
         self.n_rows = int(sum(self.rows))
@@ -179,9 +185,10 @@ class Part:
             n_pos = int((self.chunk.y > 0).sum())
             counts = (self.chunk.n_rows - n_pos, n_pos)
             nnz = self.chunk.nnz
-        else:
-            counts = self.source.dataset.label_counts()
-            nnz = int(self.source.dataset.nnz)
+        else:  # real targets (ridge) have no classes to count
+            data = self.source.dataset
+            counts = data.label_counts() if data.targets != "real" else (0, 0)
+            nnz = int(data.nnz)
         return {
             "address": self.address,
             "ids": self.ids,
@@ -242,7 +249,7 @@ class Part:
 
         def one(t, chunk, alpha):
             return _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha,
-                                    w_in, r_of[t])  # fmt: skip
+                                    w_in, r_of[t], p.loss)  # fmt: skip
 
         # the trainer's own pass over the share, its units' threads in parallel
         sums = np.zeros(3)
@@ -410,8 +417,8 @@ def warm() -> float:
         tr.run_epoch()
         r = np.zeros(5)
         args = (*cpu.chunk_args(chunk), 1.0, 1.0, 1.0, tr.state.alpha)
-        _kernels.measure(*args, tr.w, r)
-        cpu.accumulate_w(*args, r)
+        _kernels.measure(*args, tr.w, r, 0)  # the loss passed, as a fit passes it
+        cpu.accumulate_w(*args, r, 0)
     finally:
         tr.close()
     return time.perf_counter() - t0

@@ -1,5 +1,8 @@
-"""The cluster door's public side: ``DaskLogisticRegression``, ``fit``, ``cluster_client`` and
-``warm_up`` (imported from ``snapfit.dask``; see its docstring and ``docs/dask.md``)."""
+"""The cluster door's public side: ``DaskLogisticRegression``, ``DaskLinearSVC``, ``DaskRidge``,
+``fit``, ``cluster_client`` and ``warm_up`` (imported from ``snapfit.dask``; see its docstring
+and ``docs/dask.md``). Each Dask estimator subclasses its local estimator: parameters, the
+problem (its loss included), early stopping and the fitted attributes are the local door's; the
+placement of the data and the rounds are the cluster's (``_driver.train``)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import logging
 import os
 
 import numpy as np
+from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from snapfit import featuremap
@@ -19,8 +24,16 @@ from snapfit.dask._driver import (
 )
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
+from snapfit.ridge import Ridge
+from snapfit.svm import LinearSVC, _never
 
 log = logging.getLogger("snapfit")
+
+
+def _units(est) -> dict:
+    """What each worker resolves into its units (``snapfit.train.resolve_devices``)."""
+    return {"device": est.device, "n_jobs": est.n_jobs, "device_ids": est.device_ids,
+            "deterministic": est.deterministic}  # fmt: skip
 
 
 def _is_dask_collection(x) -> bool:
@@ -29,7 +42,192 @@ def _is_dask_collection(x) -> bool:
     return dask.is_dask_collection(x)
 
 
-class DaskLogisticRegression(LogisticRegression):
+class _DaskDoor:
+    """What a Dask estimator adds to its local estimator (``_local``, next in its MRO)."""
+
+    _local: type
+
+    def _client(self):
+        if self.client is not None:
+            return self.client
+        from distributed import get_client
+
+        return get_client()
+
+    def _lazy_decision(self, X, coef, intercept: float):
+        """``X coef + intercept`` as a dask array for a dask array or Parquet paths (read and
+        scored on the workers, one block per row group); None for other input."""
+        if _is_dask_collection(X):
+            return X.map_blocks(_worker.decision_block, coef, intercept, drop_axis=1,
+                                dtype=np.float64)  # fmt: skip
+        dataset = _predict_dataset(X)
+        if dataset is None:
+            return None
+        from snapfit.scoring import check_map
+
+        check_map(self, dataset)
+        return _parquet_decision(dataset, coef, intercept)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["client"] = None  # a client does not travel
+        return state
+
+
+class _DaskClassifier(_DaskDoor):
+    """The cluster door of a binary classifier: ``fit`` by rounds and lazy predictions."""
+
+    _local = LogisticRegression
+
+    # -- fitting ---------------------------------------------------------------------------
+    def fit(
+        self,
+        X,
+        y=None,
+        sample_weight=None,
+        *,
+        timeout: float = 600.0,
+        tree_above: int = 16,
+        max_passes: int = 10,
+        correction: bool = True,
+        on_round=None,
+        validation=None,
+    ):
+        """Fit on Parquet paths (labels inside) or a dask array ``X`` with labels ``y``.
+
+        timeout : seconds any single step (loading, a round, recovery) may take before the fit
+            fails with ``FitTimeoutError``; it never waits forever.
+        tree_above : with more workers than this, ``dw`` and the gradient are summed by a tree
+            of tasks on the workers instead of at the driver.
+        max_passes : engine passes a worker may run on its subproblem in one round.
+        correction : False runs plain CoCoA+ rounds (one pass each, no gradient correction),
+            which can stall on data whose rows all share dense features; for comparisons.
+        on_round : callable getting each round's record; returning True stops the fit.
+        validation : held-out data scored after every round, as by the local estimator's fit
+            (read on the client: Parquet paths, a Table or in-memory arrays).
+        """
+        self._validate_params()
+        if self.checkpoint_dir is not None:
+            raise ValueError(
+                "checkpoint_dir is not used by Dask fits: the driver keeps the checkpoint (alpha "
+                "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
+            )
+        client = self._client()
+        dataset = as_dataset(X) if not _is_dask_collection(X) else None
+        if dataset is not None:
+            if y is not None or sample_weight is not None:
+                raise ValueError(
+                    "Parquet input carries its labels and weights in its 'label' and 'weight' "
+                    "columns; call fit(path) without y and sample_weight."
+                )
+            from snapfit.dask._inputs import ParquetInput
+
+            inp = ParquetInput(dataset)
+            self.classes_ = np.array([0, 1])
+        elif _is_dask_collection(X):
+            inp = self._array_input(client, X, y, sample_weight)
+        else:
+            raise TypeError(
+                f"{type(self).__name__}.fit takes Parquet paths or a dask array X; got "
+                f"{type(X).__name__}. Use snapfit.{self._local.__name__} for in-memory arrays, "
+                "or dask.array.from_array(X) to train on the cluster."
+            )
+        inp.timeout = timeout
+        self.n_features_in_ = inp.n_features
+        self.feature_map_ = (featuremap.of_data(dataset) if dataset is not None
+                             else featuremap.of_width(inp.n_features))  # fmt: skip
+        bias = self._bias()
+        problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
+        stopper = self._early_stopping(validation, inp.n_features, bias)
+        callbacks = [stopper] if stopper is not None else []
+        per_round = (on_round, self._print_round if self.verbose else None)
+        callbacks += [lambda rec, w, c=c: c(rec) for c in per_round if c]
+
+        result = train(
+            client, inp, problem,  # its loss is the local estimator's (``_loss_name``)
+            class_weights=self._class_bounds,
+            units=_units(self), timeout=timeout, checkpoint_every=int(self.checkpoint_every),
+            tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
+            memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
+            max_passes=max_passes, correction=correction,
+            on_round=(lambda rec, w: any([bool(c(rec, w)) for c in callbacks])) if callbacks
+            else None,
+        )  # fmt: skip
+        self.parts_ = result.parts
+        self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
+        return self._keep(result.w, result.n_iter, result.converged, result.history, bias,
+                          "rounds", stopper)  # fmt: skip
+
+    def _array_input(self, client, X, y, sample_weight):
+        import dask.array as da
+
+        from snapfit.dask._inputs import ArrayInput
+
+        if y is None:
+            raise ValueError("a dask array X needs labels y (a dask array or array-like).")
+        y = da.asarray(y)
+        classes = np.unique(da.unique(y).compute())
+        if len(classes) != 2:
+            raise ValueError(
+                f"Only binary classification is supported; y has {len(classes)} classes "
+                f"({classes[:5].tolist()}). Wrap the estimator in OneVsRestClassifier for more."
+            )
+        self.classes_ = classes
+        return ArrayInput(client, X, y, sample_weight, classes)
+
+    @staticmethod
+    def _print_round(rec: dict) -> None:
+        print(
+            f"round {rec['epoch']:4d}  primal {rec['primal']:.8g}  rel_gap {rec['rel_gap']:.3e}"
+            f"{'' if rec['accepted'] else ' (rejected)'}  theta {rec['theta']:.3g}  "
+            f"{rec['passes']} passes  {rec['seconds']:.3f}s  {rec['n_workers']} workers  "
+            f"{(rec['bytes_sent'] + rec['bytes_received']) / 1e6:.2f} MB"
+            f"{'  ' + rec['event'] if rec.get('event') else ''}",
+            flush=True,
+        )
+
+    # -- prediction ------------------------------------------------------------------------
+    def decision_function(self, X):
+        """``w.x + b``: a dask array for a dask array or Parquet input, else a numpy array."""
+        check_is_fitted(self)
+        lazy = self._lazy_decision(X, self.coef_.ravel(), float(self.intercept_[0]))
+        return super().decision_function(X) if lazy is None else lazy
+
+    def predict_proba(self, X):
+        if not _lazy(X):
+            return super().predict_proba(X)
+        import dask.array as da
+        from scipy.special import expit
+
+        p = self.decision_function(X).map_blocks(expit, dtype=np.float64)
+        return da.stack([1.0 - p, p], axis=1)
+
+    def predict(self, X):
+        if not _lazy(X):
+            return super().predict(X)
+        classes = self.classes_
+        return self.decision_function(X).map_blocks(
+            lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype
+        )
+
+    def to_local(self):
+        """The fitted local estimator (``snapfit.LogisticRegression``, ``snapfit.LinearSVC``)
+        with the same parameters and coefficients (no client)."""
+        check_is_fitted(self)
+        params = {k: v for k, v in self.get_params().items() if k != "client"}
+        est = self._local(**params)
+        for name in ("coef_", "intercept_", "classes_", "n_features_in_", "n_iter_"):
+            setattr(est, name, getattr(self, name).copy() if name != "n_features_in_"
+                    else self.n_features_in_)  # fmt: skip
+        est.history_ = [dict(h) for h in self.history_]
+        est.feature_map_ = dict(featuremap.of_model(self))
+        for name in ("best_iteration_", "best_score_", "converged_", "stopped_early_"):
+            if hasattr(self, name):
+                setattr(est, name, getattr(self, name))
+        return est
+
+
+class DaskLogisticRegression(_DaskClassifier, LogisticRegression):
     """``snapfit.LogisticRegression`` trained on a Dask cluster; the same parameters plus
     ``client`` (None: ``distributed.get_client()``, the current client).
 
@@ -107,40 +305,117 @@ class DaskLogisticRegression(LogisticRegression):
         self.validation_metric = validation_metric
         self.early_stopping_gap = early_stopping_gap
 
-    def _client(self):
-        if self.client is not None:
-            return self.client
-        from distributed import get_client
 
-        return get_client()
+class DaskLinearSVC(_DaskClassifier, LinearSVC):
+    """``snapfit.LinearSVC`` (``loss="hinge"`` or ``"squared_hinge"``) trained on a Dask cluster;
+    its parameters plus ``client``. Everything ``DaskLogisticRegression`` says holds, with the
+    SVM's loss in every worker's passes and measurements; no probabilities, and ``to_local()``
+    gives a fitted ``snapfit.LinearSVC``.
+    """
 
-    # -- fitting ---------------------------------------------------------------------------
-    def fit(
+    _local = LinearSVC
+    _parameter_constraints: dict = {
+        **LinearSVC._parameter_constraints,
+        "client": "no_validation",
+    }
+
+    def __init__(
         self,
-        X,
-        y=None,
-        sample_weight=None,
+        C=1.0,
         *,
-        timeout: float = 600.0,
-        tree_above: int = 16,
-        max_passes: int = 10,
-        correction: bool = True,
-        on_round=None,
-        validation=None,
+        client=None,
+        loss="squared_hinge",
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        class_weight=None,
+        tol=1e-4,
+        max_iter=1000,
+        device="auto",
+        n_jobs=None,
+        deterministic=True,
+        device_ids=None,
+        memory_budget=None,
+        chunk_rows=None,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+        early_stopping_rounds=None,
+        validation_metric="auc",
+        early_stopping_gap=1e-2,
     ):
-        """Fit on Parquet paths (labels inside) or a dask array ``X`` with labels ``y``.
+        super().__init__(
+            C, loss=loss, fit_intercept=fit_intercept, intercept_scaling=intercept_scaling,
+            class_weight=class_weight, tol=tol, max_iter=max_iter, device=device,
+            n_jobs=n_jobs, deterministic=deterministic, device_ids=device_ids,
+            memory_budget=memory_budget, chunk_rows=chunk_rows, random_state=random_state,
+            warm_start=warm_start, verbose=verbose, checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every, early_stopping_rounds=early_stopping_rounds,
+            validation_metric=validation_metric, early_stopping_gap=early_stopping_gap,
+        )  # fmt: skip
+        self.client = client
 
-        timeout : seconds any single step (loading, a round, recovery) may take before the fit
-            fails with ``FitTimeoutError``; it never waits forever.
-        tree_above : with more workers than this, ``dw`` and the gradient are summed by a tree
-            of tasks on the workers instead of at the driver.
-        max_passes : engine passes a worker may run on its subproblem in one round.
-        correction : False runs plain CoCoA+ rounds (one pass each, no gradient correction),
-            which can stall on data whose rows all share dense features; for comparisons.
-        on_round : callable getting each round's record; returning True stops the fit.
-        validation : held-out data scored after every round, as in ``LogisticRegression.fit``
-            (read on the client: Parquet paths, a Table or in-memory arrays).
-        """
+    # An SVM scores margins: no probabilities, lazy or not.
+    predict_proba = available_if(_never)(_DaskClassifier.predict_proba)
+
+
+class DaskRidge(_DaskDoor, Ridge):
+    """``snapfit.Ridge`` trained on a Dask cluster; its parameters plus ``client``. ``fit``
+    takes snapfit Parquet with real targets in its ``label`` column (each worker reads its row
+    groups, resident or streamed within ``memory_budget``) or a dask array ``X`` with targets
+    ``y`` (a dask array or array-like, kept as float32 on the workers, as ``Ridge`` keeps them)
+    and optional ``sample_weight``. The rounds are ``DaskLogisticRegression``'s with the
+    squared loss in every worker's passes and measurements; early stopping is ``Ridge``'s
+    (``validation_metric`` "rmse" or "r2"), scored after every round. ``predict`` returns a
+    dask array for a dask array or Parquet paths; ``to_local()`` gives a fitted
+    ``snapfit.Ridge``.
+    """
+
+    _local = Ridge
+    _parameter_constraints: dict = {**Ridge._parameter_constraints, "client": "no_validation"}
+
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        client=None,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        tol=1e-4,
+        max_iter=1000,
+        device="auto",
+        n_jobs=None,
+        deterministic=True,
+        device_ids=None,
+        memory_budget=None,
+        chunk_rows=None,
+        random_state=None,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+        early_stopping_rounds=None,
+        validation_metric="rmse",
+        early_stopping_gap=1e-2,
+    ):
+        super().__init__(
+            alpha, fit_intercept=fit_intercept, intercept_scaling=intercept_scaling, tol=tol,
+            max_iter=max_iter, device=device, n_jobs=n_jobs, deterministic=deterministic,
+            device_ids=device_ids, memory_budget=memory_budget, chunk_rows=chunk_rows,
+            random_state=random_state, checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every, early_stopping_rounds=early_stopping_rounds,
+            validation_metric=validation_metric, early_stopping_gap=early_stopping_gap,
+        )  # fmt: skip
+        self.client = client
+
+    def fit(self, X, y=None, sample_weight=None, *, timeout: float = 600.0,
+            tree_above: int = 16, max_passes: int = 10, correction: bool = True,
+            on_round=None, validation=None):  # fmt: skip
+        """Fit on Parquet paths (targets inside) or a dask array ``X`` with targets ``y``; the
+        keywords are ``DaskLogisticRegression.fit``'s."""
+        from snapfit.dask._inputs import ArrayInput, ParquetInput
+        from snapfit.engine import Problem
+        from snapfit.solvers.dual import SQUARED
+
         self._validate_params()
         if self.checkpoint_dir is not None:
             raise ValueError(
@@ -148,132 +423,66 @@ class DaskLogisticRegression(LogisticRegression):
                 "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
             )
         client = self._client()
-        dataset = as_dataset(X) if not _is_dask_collection(X) else None
+        dataset = None if _is_dask_collection(X) else as_dataset(X, targets="real")
         if dataset is not None:
             if y is not None or sample_weight is not None:
                 raise ValueError(
-                    "Parquet input carries its labels and weights in its 'label' and 'weight' "
+                    "Parquet input carries its targets and weights in its 'label' and 'weight' "
                     "columns; call fit(path) without y and sample_weight."
                 )
-            from snapfit.dask._inputs import ParquetInput
-
             inp = ParquetInput(dataset)
-            self.classes_ = np.array([0, 1])
         elif _is_dask_collection(X):
-            inp = self._array_input(client, X, y, sample_weight)
+            if y is None:
+                raise ValueError("a dask array X needs targets y (a dask array or array-like).")
+            import dask.array as da
+
+            inp = ArrayInput(client, X, da.asarray(y), sample_weight, None)
         else:
             raise TypeError(
-                f"DaskLogisticRegression.fit takes Parquet paths or a dask array X; got "
-                f"{type(X).__name__}. Use snapfit.LogisticRegression for in-memory arrays, or "
-                "dask.array.from_array(X) to train on the cluster."
+                f"DaskRidge.fit takes Parquet paths or a dask array X; got {type(X).__name__}. "
+                "Use snapfit.Ridge for in-memory arrays, or dask.array.from_array(X) to train "
+                "on the cluster."
             )
         inp.timeout = timeout
-        self.n_features_in_ = inp.n_features
+        d = self.n_features_in_ = inp.n_features
         self.feature_map_ = (featuremap.of_data(dataset) if dataset is not None
-                             else featuremap.of_width(inp.n_features))  # fmt: skip
-        bias = self._bias()
-        problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
-        stopper = self._early_stopping(validation, inp.n_features, bias)
+                             else featuremap.of_width(d))  # fmt: skip
+        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
+        c = 1.0 / float(self.alpha)
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        problem = Problem(n_features=d, c_pos=c, c_neg=c, bias=bias, tol=float(self.tol),
+                          max_iter=int(self.max_iter), seed=seed, loss=SQUARED)  # fmt: skip
+        stopper = self._early_stopping(validation, d, bias)
         callbacks = [stopper] if stopper is not None else []
-        per_round = (on_round, self._print_round if self.verbose else None)
-        callbacks += [lambda rec, w, c=c: c(rec) for c in per_round if c]
-
-        units = {"device": self.device, "n_jobs": self.n_jobs, "device_ids": self.device_ids,
-                 "deterministic": self.deterministic}  # fmt: skip
-        result = train(
-            client, inp, problem,
-            class_weights=self._class_bounds,
-            units=units, timeout=timeout, checkpoint_every=int(self.checkpoint_every),
-            tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
-            memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
-            max_passes=max_passes, correction=correction,
-            on_round=(lambda rec, w: any([bool(c(rec, w)) for c in callbacks])) if callbacks
-            else None,
-        )  # fmt: skip
+        if on_round is not None:
+            callbacks.append(lambda rec, w: on_round(rec))
+        result = train(client, inp, problem, class_weights=None, units=_units(self),
+                       timeout=timeout, checkpoint_every=int(self.checkpoint_every),
+                       tree_above=tree_above, memory_budget=self.memory_budget,
+                       chunk_rows=self.chunk_rows, max_passes=max_passes, correction=correction,
+                       on_round=(lambda rec, w: any([bool(c(rec, w)) for c in callbacks]))
+                       if callbacks else None)  # fmt: skip
         self.parts_ = result.parts
         self._alpha = result.alpha  # for checks (w = w(alpha)); not used by predictions
-        return self._keep(result.w, result.n_iter, result.converged, result.history, bias,
-                          "rounds", stopper)  # fmt: skip
-
-    def _array_input(self, client, X, y, sample_weight):
-        import dask.array as da
-
-        from snapfit.dask._inputs import ArrayInput
-
-        if y is None:
-            raise ValueError("a dask array X needs labels y (a dask array or array-like).")
-        y = da.asarray(y)
-        classes = np.unique(da.unique(y).compute())
-        if len(classes) != 2:
-            raise ValueError(
-                f"Only binary classification is supported; y has {len(classes)} classes "
-                f"({classes[:5].tolist()}). Wrap the estimator in OneVsRestClassifier for more."
-            )
-        self.classes_ = classes
-        return ArrayInput(client, X, y, sample_weight, classes)
-
-    @staticmethod
-    def _print_round(rec: dict) -> None:
-        print(
-            f"round {rec['epoch']:4d}  primal {rec['primal']:.8g}  rel_gap {rec['rel_gap']:.3e}"
-            f"{'' if rec['accepted'] else ' (rejected)'}  theta {rec['theta']:.3g}  "
-            f"{rec['passes']} passes  {rec['seconds']:.3f}s  {rec['n_workers']} workers  "
-            f"{(rec['bytes_sent'] + rec['bytes_received']) / 1e6:.2f} MB"
-            f"{'  ' + rec['event'] if rec.get('event') else ''}",
-            flush=True,
-        )
-
-    # -- prediction ------------------------------------------------------------------------
-    def decision_function(self, X):
-        """``w.x + b``: a dask array for a dask array or Parquet input, else a numpy array."""
-        check_is_fitted(self)
-        if _is_dask_collection(X):
-            coef, b = self.coef_.ravel(), float(self.intercept_[0])
-            return X.map_blocks(_worker.decision_block, coef, b, drop_axis=1, dtype=np.float64)
-        dataset = _predict_dataset(X)
-        if dataset is not None:
-            from snapfit.scoring import check_map
-
-            check_map(self, dataset)
-            return _parquet_decision(dataset, self.coef_.ravel(), float(self.intercept_[0]))
-        return super().decision_function(X)
-
-    def predict_proba(self, X):
-        if not _lazy(X):
-            return super().predict_proba(X)
-        import dask.array as da
-        from scipy.special import expit
-
-        p = self.decision_function(X).map_blocks(expit, dtype=np.float64)
-        return da.stack([1.0 - p, p], axis=1)
+        self.history_ = result.history
+        return self._keep(result.w, int(result.n_iter), bool(result.converged), bias, stopper)
 
     def predict(self, X):
-        if not _lazy(X):
-            return super().predict(X)
-        classes = self.classes_
-        return self.decision_function(X).map_blocks(
-            lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype
-        )
-
-    def to_local(self) -> LogisticRegression:
-        """The fitted ``snapfit.LogisticRegression`` with the same coefficients (no client)."""
+        """``X w + b``: a dask array for a dask array or Parquet paths, else
+        ``snapfit.Ridge.predict``'s."""
         check_is_fitted(self)
-        params = {k: v for k, v in self.get_params().items() if k != "client"}
-        est = LogisticRegression(**params)
-        for name in ("coef_", "intercept_", "classes_", "n_features_in_", "n_iter_"):
-            setattr(est, name, getattr(self, name).copy() if name != "n_features_in_"
-                    else self.n_features_in_)  # fmt: skip
-        est.history_ = [dict(h) for h in self.history_]
-        est.feature_map_ = dict(featuremap.of_model(self))
-        for name in ("best_iteration_", "best_score_", "converged_", "stopped_early_"):
-            if hasattr(self, name):
-                setattr(est, name, getattr(self, name))
-        return est
+        lazy = self._lazy_decision(X, self.coef_, float(self.intercept_))
+        return super().predict(X) if lazy is None else lazy
 
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["client"] = None  # a client does not travel
-        return state
+    def to_local(self) -> Ridge:
+        """The fitted ``snapfit.Ridge`` with the same parameters and coefficients."""
+        check_is_fitted(self)
+        est = Ridge(**{k: v for k, v in self.get_params().items() if k != "client"})
+        for name, value in vars(self).items():
+            if name.endswith("_") and not name.startswith("_") and name != "parts_":
+                setattr(est, name, value.copy() if isinstance(value, np.ndarray) else value)
+        est.history_ = [dict(h) for h in self.history_]
+        return est
 
 
 def _predict_dataset(X):

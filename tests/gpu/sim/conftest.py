@@ -8,6 +8,10 @@ from snapfit.data.chunk import Chunk
 from snapfit.engine import Devices, InMemorySource, Problem
 from snapfit.gpu import SIMULATOR_LAUNCH
 from snapfit.train import train
+from tests.alarm import alarm
+
+#: Seconds a composition-matrix cell (or a Dask fit on simulated GPUs) may run before it fails.
+CELL_SECONDS = 240
 
 # Launch geometry the simulator can afford: 8 threads, 2 per row, 4 rows in flight.
 SIM_GPU = SIMULATOR_LAUNCH
@@ -34,6 +38,35 @@ def make_sparse_rows(n, d, nnz, *, seed=0):
     X = sp.csr_matrix((values, idx.ravel(), np.arange(0, n * nnz + 1, nnz)), shape=(n, d))
     y = (X @ rng.normal(size=d) + rng.logistic(size=n) > 0).astype(np.int8)
     return X, y
+
+
+@pytest.fixture
+def cell_alarm():
+    """A hung cell fails after ``CELL_SECONDS`` instead of blocking the run (modules of long
+    fits use it: ``pytestmark = pytest.mark.usefixtures("cell_alarm")``)."""
+    with alarm(CELL_SECONDS, "matrix cell"):
+        yield
+
+
+@pytest.fixture(scope="session")
+def sparse_parquet(tmp_path_factory):
+    """``make(rows, features, nnz, seed=0, group_rows=25) -> (X, y, path)``: ``make_sparse_rows``
+    and the same rows written as Parquet in row groups of ``group_rows``; one file per
+    argument set, shared by every module of the session."""
+    from snapfit.data import write_parquet
+
+    made = {}
+
+    def make(n, d, nnz, *, seed=0, group_rows=25):
+        key = (n, d, nnz, seed, group_rows)
+        if key not in made:
+            X, y = make_sparse_rows(n, d, nnz, seed=seed)
+            path = str(tmp_path_factory.mktemp("sparse") / "d.parquet")
+            write_parquet(path, X, y, row_group_rows=group_rows)
+            made[key] = (X, y, path)
+        return made[key]
+
+    return make
 
 
 def split_chunks(X, y, weight, step, *, ones=False):

@@ -13,26 +13,17 @@ import signal
 import pytest
 
 import snapfit
-from snapfit.data import Dataset, write_parquet
-from tests.alarm import alarm
-from tests.gpu.sim.conftest import make_sparse_rows
+from snapfit.data import Dataset
 
 distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.usefixtures("cell_alarm")
 
 PARAMS = dict(C=0.5, tol=1e-7, max_iter=200, random_state=0)
 
 
-@pytest.fixture(autouse=True)
-def _alarm():
-    with alarm(240):
-        yield
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    X, y = make_sparse_rows(600, 64, 6, seed=1)
-    path = str(tmp_path_factory.mktemp("dask_gpu") / "d.parquet")
-    write_parquet(path, X, y, row_group_rows=25)
+def data(sparse_parquet):
+    X, y, path = sparse_parquet(600, 64, 6, seed=1)
     ref = snapfit.LogisticRegression(device="cpu", **dict(PARAMS, tol=1e-10)).fit(X, y)
     return path, ref.history_[-1]["primal"]
 

@@ -16,13 +16,13 @@ import time
 import pytest
 
 import snapfit
-from snapfit.data import Dataset, write_parquet
+from snapfit.data import Dataset
 from snapfit.stream.plan import resident_peak_nbytes
 from snapfit.stream.source import StreamSource
 from snapfit.stream.stats import DataStats
 from snapfit.train import stream_dataset
-from tests.alarm import alarm
-from tests.gpu.sim.conftest import make_sparse_rows
+
+pytestmark = pytest.mark.usefixtures("cell_alarm")
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
@@ -59,18 +59,9 @@ INPUTS = ("arrays", "resident", "streamed")
 TIMES: dict = {}
 
 
-@pytest.fixture(autouse=True)
-def _alarm():
-    """A hung matrix cell fails after 4 minutes instead of blocking the run."""
-    with alarm(240, "matrix cell"):
-        yield
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    X, y = make_sparse_rows(*SHAPE, seed=0)
-    path = str(tmp_path_factory.mktemp("matrix") / "d.parquet")
-    write_parquet(path, X, y, row_group_rows=GROUP_ROWS)
+def data(sparse_parquet):
+    X, y, path = sparse_parquet(*SHAPE, group_rows=GROUP_ROWS)
     dataset = Dataset(path)
     assert BUDGET < resident_peak_nbytes(DataStats.read(dataset, sample=False), 1) / 3
     ref = snapfit.LogisticRegression(device="cpu", n_jobs=1, **dict(PARAMS, tol=1e-10))
