@@ -27,6 +27,7 @@ from snapfit import model as model_io
 from snapfit.data import check_two_classes
 from snapfit.data.validate import check_class_labels
 from snapfit.engine.source import InMemorySource
+from snapfit.fit_hooks import FitHooks
 from snapfit.inputs import (
     as_dataset,
     class_bounds,
@@ -40,7 +41,6 @@ from snapfit.inputs import (
 )
 from snapfit.solvers import cpu
 from snapfit.train import (
-    Checkpoints,
     Warm,
     open_dataset,
     resolve_budget,
@@ -66,13 +66,6 @@ def _on_device(x) -> bool:
     ):
         return False
     return _interop().is_device_input(x)
-
-
-def has_checkpoint(directory) -> bool:
-    """Whether ``directory`` holds a checkpoint that ``resume=True`` would continue from."""
-    from snapfit.engine.checkpoint import FILENAME
-
-    return os.path.isfile(os.path.join(os.fspath(directory), FILENAME))
 
 
 def _how_read(source) -> tuple[bool, str | None]:
@@ -107,7 +100,7 @@ def _check_class_weight(class_weight, classes) -> None:
         )
 
 
-class LogisticRegression(ClassifierMixin, BaseEstimator):
+class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
     """L2-regularized logistic regression by dual coordinate descent, in memory or out of core.
 
     Minimizes ``1/2 ||w||^2 + sum_i C_i log(1 + exp(-y_i (w.x_i + b)))`` with
@@ -486,34 +479,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             # packed alpha scales with its bound: a -> a r and C - a -> (C - a) r
             return Warm(alpha=alpha * np.where(y_pos, c_pos / old_pos, c_neg / old_neg))
         return Warm(w=w)
-
-    def _checkpoints(self, resume: bool) -> Checkpoints | None:
-        if self.checkpoint_dir is None:
-            return None
-        if resume and not has_checkpoint(self.checkpoint_dir):
-            warnings.warn(
-                f"resume=True but {os.fspath(self.checkpoint_dir)} holds no checkpoint; "
-                "starting a fresh fit.",
-                UserWarning,
-                stacklevel=3,
-            )
-        return Checkpoints(os.fspath(self.checkpoint_dir), every=int(self.checkpoint_every),
-                           resume=bool(resume))  # fmt: skip
-
-    def _early_stopping(self, validation, d: int, bias: float):
-        """The validation callback for ``fit(validation=...)``, or None."""
-        if validation is None:
-            if self.early_stopping_rounds is not None:
-                raise ValueError(
-                    "early_stopping_rounds needs validation data: fit(X, y, validation=...)."
-                )
-            return None
-        from snapfit.validation import EarlyStopping, validation_data
-
-        data = validation_data(validation, self.classes_, d, getattr(self, "feature_map_", None))
-        return EarlyStopping(data, metric=self.validation_metric, n_features=d, bias=bias,
-                             rounds=self.early_stopping_rounds, gap=self.early_stopping_gap,
-                             tol=self.tol)  # fmt: skip
 
     def _keep(self, w, n_iter: int, converged: bool, history: list[dict], bias: float, unit: str,
               stopper=None):  # fmt: skip

@@ -29,13 +29,14 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from snapfit import featuremap
 from snapfit import model as model_io
 from snapfit.engine.source import InMemorySource
+from snapfit.fit_hooks import FitHooks
 from snapfit.inputs import as_dataset, csr_chunks, model_callback
 from snapfit.solvers import cpu
 from snapfit.solvers.dual import SQUARED
-from snapfit.train import Checkpoints, open_dataset, resolve_budget, resolve_devices, train
+from snapfit.train import open_dataset, resolve_budget, resolve_devices, train
 
 
-class Ridge(RegressorMixin, BaseEstimator):
+class Ridge(FitHooks, RegressorMixin, BaseEstimator):
     """L2-regularized least squares by dual coordinate descent (SDCA) on CPU threads or GPUs.
 
     Minimizes ``sum_i s_i (y_i - w.x_i - b)^2 + alpha (||w||^2 + (b / intercept_scaling)^2)``
@@ -168,36 +169,6 @@ class Ridge(RegressorMixin, BaseEstimator):
         X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
         target = np.asarray(y, dtype=np.float32)
         return InMemorySource(csr_chunks(X, target, weight, self.chunk_rows), X.shape[1])
-
-    def _checkpoints(self, resume: bool) -> Checkpoints | None:
-        if self.checkpoint_dir is None:
-            return None
-        from snapfit.estimator import has_checkpoint
-
-        if resume and not has_checkpoint(self.checkpoint_dir):
-            warnings.warn(
-                f"resume=True but {os.fspath(self.checkpoint_dir)} holds no checkpoint; "
-                "starting a fresh fit.",
-                UserWarning,
-                stacklevel=3,
-            )
-        return Checkpoints(os.fspath(self.checkpoint_dir), every=int(self.checkpoint_every),
-                           resume=bool(resume))  # fmt: skip
-
-    def _early_stopping(self, validation, d: int, bias: float):
-        """The validation callback for ``fit(validation=...)``, or None."""
-        if validation is None:
-            if self.early_stopping_rounds is not None:
-                raise ValueError(
-                    "early_stopping_rounds needs validation data: fit(X, y, validation=...)."
-                )
-            return None
-        from snapfit.validation import EarlyStopping, validation_data
-
-        data = validation_data(validation, None, d, self.feature_map_)
-        return EarlyStopping(data, metric=self.validation_metric, n_features=d, bias=bias,
-                             rounds=self.early_stopping_rounds, gap=self.early_stopping_gap,
-                             tol=self.tol)  # fmt: skip
 
     def _keep(self, w, n_iter: int, converged: bool, bias: float, stopper):
         """The fitted attributes; with early stopping the best epoch's ``w`` (see

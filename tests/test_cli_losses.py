@@ -181,7 +181,7 @@ def test_ridge_checkpoint_and_resume_from_the_cli(files, tmp_path, run):
         (("--loss", "squared", "--class-weight", "balanced"), "--class-weight is for the"),
         (("--loss", "squared", "--validation-metric", "auc"), "does not score --loss squared"),
         (("--loss", "hinge", "--validation-metric", "logloss"), "does not score --loss hinge"),
-        (("--loss", "hinge", "--workers", 2), "--scheduler and --workers train logistic"),
+        (("--loss", "squared", "--workers", 2), "--loss squared trains on one machine"),
     ],
 )
 def test_options_that_do_not_fit_the_loss_are_usage_errors(files, tmp_path, run, args, message):

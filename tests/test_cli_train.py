@@ -421,8 +421,7 @@ def test_predict_passes_an_id_column_through(files, tmp_path, run):
 
 
 def test_train_loss_hinge_writes_a_linear_svm(files, tmp_path, run):
-    """``--loss hinge`` fits ``snapfit.LinearSVC`` (the file records the loss); what only
-    logistic models have yet (Dask) is a usage error naming the way out."""
+    """``--loss hinge`` fits ``snapfit.LinearSVC`` (the file records the loss)."""
     out = tmp_path / "svm.npz"
     res = run("train", files["train"], "--out", out, "--loss", "hinge", "--C", "0.5",
               "--max-iter", "30", "--tol", "1e-3", "--quiet")  # fmt: skip
@@ -432,6 +431,3 @@ def test_train_loss_hinge_writes_a_linear_svm(files, tmp_path, run):
     model = svm.load(out)
     assert model.loss == "hinge" and model.C == 0.5
     assert model.score(files["test_X"], files["test_y"]) > 0.6
-    res = run("train", files["train"], "--out", tmp_path / "x.npz", "--loss", "squared_hinge",
-              "--workers", "2")  # fmt: skip
-    assert res.exit_code == 2 and "--workers train logistic models only" in res.output

@@ -269,7 +269,7 @@ def train(
     if resume and not checkpoint_dir:
         raise click.UsageError("--resume needs --checkpoint-dir DIR (where the checkpoint is).")
     if resume:
-        from snapfit.estimator import has_checkpoint
+        from snapfit.fit_hooks import has_checkpoint
 
         if not has_checkpoint(checkpoint_dir):
             click.echo(f"No checkpoint in {checkpoint_dir}: --resume starts a fresh fit.", err=True)

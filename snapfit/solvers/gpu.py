@@ -519,7 +519,7 @@ def row_sqnorms(indptr, indices, values, has_values, team, out):
 @cuda.jit
 def class_labels(y, k, out):
     """``out[i] = +1`` where ``y[i]`` is class index ``k``, else -1: the labels of problem
-    ``k`` of one-vs-rest (``ovr.class_label``), for the binary kernels to run it. Grid-stride:
+    ``k`` of one-vs-rest (``ovr.class_row``), for the binary kernels to run it. Grid-stride:
     any launch covers every row (the pass's own geometry serves)."""
     for i in range(cuda.grid(1), y.shape[0], cuda.gridsize(1)):
         out[i] = 1.0 if int(y[i]) == k else -1.0

@@ -21,18 +21,14 @@ from snapfit.solvers.cpu import _prefetch, alpha_at, row_coef, row_step, row_ter
 
 
 @njit(inline="always", nogil=True)
-def class_label(yi, k):
-    """Row label in problem ``k`` of one-vs-rest: +1 for class ``k``, -1 for the rest."""
-    return 1.0 if int(yi) == k else -1.0
-
-
-@njit(inline="always", nogil=True)
-def class_bound(yk, i, weight, has_weight, c_pos, c_neg, k):
-    """``C_i`` of row ``i`` in problem ``k`` (``cpu.row_bound`` with per-class bounds)."""
+def class_row(i, k, y, weight, has_weight, c_pos, c_neg):
+    """Row ``i`` in problem ``k`` of one-vs-rest: its label, +1 for class ``k`` and -1 for the
+    rest, and its bound ``C_i`` (``cpu.row_bound`` with per-class bounds)."""
+    yk = 1.0 if int(y[i]) == k else -1.0
     c = c_pos[k] if yk > 0 else c_neg[k]
     if has_weight:
         c *= weight[i]
-    return c
+    return yk, c
 
 
 @njit(inline="always", nogil=True)
@@ -87,8 +83,7 @@ def ovr_pass(
         hi = indptr[i + 1]
         q = sigma * (sqnorm[i] + bias2)
         for k in range(n_classes):
-            yk = class_label(y[i], k)
-            c = class_bound(yk, i, weight, has_weight, c_pos, c_neg, k)
+            yk, c = class_row(i, k, y, weight, has_weight, c_pos, c_neg)
             if c <= 0.0:
                 continue
             off = k * (d + 1)
@@ -117,8 +112,7 @@ def ovr_objective(
         lo = indptr[i]
         hi = indptr[i + 1]
         for k in range(n_classes):
-            yk = class_label(y[i], k)
-            c = class_bound(yk, i, weight, has_weight, c_pos, c_neg, k)
+            yk, c = class_row(i, k, y, weight, has_weight, c_pos, c_neg)
             if c <= 0.0:
                 continue
             dot = block_dot(lo, hi, indices, values, has_values, w, k * (d + 1), d, bias)
@@ -141,8 +135,7 @@ def ovr_accumulate(
         lo = indptr[i]
         hi = indptr[i + 1]
         for k in range(n_classes):
-            yk = class_label(y[i], k)
-            c = class_bound(yk, i, weight, has_weight, c_pos, c_neg, k)
+            yk, c = class_row(i, k, y, weight, has_weight, c_pos, c_neg)
             if c <= 0.0:
                 continue
             coef = row_coef(alpha[i, k], c, yk, loss)
@@ -161,8 +154,7 @@ def ovr_alpha_from_margins(
         lo = indptr[i]
         hi = indptr[i + 1]
         for k in range(n_classes):
-            yk = class_label(y[i], k)
-            c = class_bound(yk, i, weight, has_weight, c_pos, c_neg, k)
+            yk, c = class_row(i, k, y, weight, has_weight, c_pos, c_neg)
             dot = 0.0
             if c > 0.0:
                 dot = block_dot(lo, hi, indices, values, has_values, w, k * (d + 1), d, bias)
