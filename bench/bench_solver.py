@@ -16,6 +16,10 @@ which it is reported as not reaching the target within it. Every time is the med
 ``--repeats`` fits, all systems in the same invocation, so the ratios share the machine's
 conditions; snapfit's fits are interleaved (round ``r`` runs fit ``r`` of each snapfit system,
 one process each), so that a slow spell of a shared machine does not fall on one system's fits.
+
+``model="svm"``: the hinge-loss linear SVM (snapfit, snap ML's ``SupportVectorMachine``,
+liblinear's ``LinearSVC``), judged by its training primal: the target is ``P* (1 + delta)``,
+``P*`` from a snapfit fit whose duality gap certifies it to ``SVM_REF_TOL`` (``svm_target``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,26 @@ from bench.systems import merge_fits, run_job
 
 CURVE = ("snapfit-1", "snapfit-2", "snapfit-2s", "snapfit-ooc")
 SWEEP = ("snapml-1", "snapml-2", "liblinear")
+# The hinge-loss SVM's systems (the others fit logistic regression only) and its defaults: the
+# target's relative primal excess, the reference's relative duality gap (certifying P* to it,
+# far inside the target) and the searched systems' max_iter cap (hinge needs hundreds of epochs
+# at C=0.1 on these sets).
+SVM_SYSTEMS = ("snapfit-1", "snapfit-2", "snapfit-2s", "snapml-1", "snapml-2", "liblinear")
+SVM_DELTA = 1e-3
+SVM_REF_TOL = 1e-6
+SVM_CAP = 2048
+
+
+def svm_target(primal_ref: float, rel_gap: float, delta: float = SVM_DELTA) -> dict:
+    """The SVM's target from the reference fit: ``P* = primal_ref`` is within ``rel_gap`` of the
+    optimum (its duality gap says so), the target is ``P* (1 + delta)``. A reference not tighter
+    than a tenth of ``delta`` could move the target by more than the bench resolves: refused."""
+    if not rel_gap <= delta / 10:
+        raise ValueError(
+            f"reference relative gap {rel_gap:.1e} is not below delta/10 = "
+            f"{delta / 10:.0e}: tighten SVM_REF_TOL or raise its max_iter"
+        )
+    return {"optimum": primal_ref, "target": primal_ref * (1.0 + delta), "ref_rel_gap": rel_gap}
 
 
 def budget_of(set_dir: str, frac: float = 0.2) -> dict:
@@ -65,34 +89,46 @@ def marginal_epoch_s(points) -> float | None:
     return float(np.polyfit(k, t, 1)[0])
 
 
-def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float = 1e-4,
+def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: float | None = None,
                    systems=CURVE + SWEEP, budget_s=None, log=print,
-                   intercept: bool = True) -> dict:  # fmt: skip
+                   intercept: bool = True, model: str = "logistic") -> dict:  # fmt: skip
     """All systems against one target on ``set_dir``. ``budget_s`` maps a searched system to the
     seconds of fits its whole measurement may take (see ``systems.sweep``). ``intercept=False``:
-    every system fits ``w`` alone (no constant feature)."""
+    every system fits ``w`` alone (no constant feature). ``model="svm"``: the hinge-loss SVM to
+    a relative primal excess ``delta`` (default ``SVM_DELTA``); logistic regression's target is
+    the test log loss plus ``delta`` (default 1e-4)."""
     meta = meta_of(set_dir)
-    log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol=1e-8)")
-    ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="curve", n_jobs=1,
-                       tol=1e-8, max_iter=3000, repeats=1, intercept=intercept))  # fmt: skip
+    svm = model == "svm"
+    if delta is None:
+        delta = SVM_DELTA if svm else 1e-4
+    ref_tol = SVM_REF_TOL if svm else 1e-8
+    log(f"time to target on {meta['name']}: reference fit (snapfit-1, tol={ref_tol:g})")
+    # The SVM's reference runs thousands of epochs: no copy of w per epoch ("converge").
+    ref = run_job(dict(system="snapfit-1", set=set_dir, C=C, mode="converge" if svm else "curve",
+                       n_jobs=1, tol=ref_tol, max_iter=20000 if svm else 3000, repeats=1,
+                       intercept=intercept, model=model))  # fmt: skip
     if "error" in ref:
         raise RuntimeError(f"reference fit failed: {ref['error']}")
-    optimum = ref["test_logloss"]
-    target = optimum + delta
-    out = {"set": meta, "C": C, "delta": delta, "repeats": repeats, "optimum": optimum,
-           "target": target, "reference": _slim(ref), "systems": {},
-           "intercept": intercept}  # fmt: skip
+    if svm:
+        goal = svm_target(ref["primal"], ref["rel_gap"], delta)
+    else:
+        goal = {"optimum": ref["test_logloss"], "target": ref["test_logloss"] + delta}
+    optimum, target = goal["optimum"], goal["target"]
+    out = {"set": meta, "C": C, "delta": delta, "repeats": repeats, **goal,
+           "reference": _slim(ref), "systems": {},
+           "intercept": intercept, "model": model}  # fmt: skip
     out["budget"] = budget_of(set_dir)
 
     def spec_of(name):
         n_jobs = 1 if name in ("snapfit-1", "snapml-1", "liblinear") else 2
         spec = dict(system=name, set=set_dir, C=C, n_jobs=n_jobs, repeats=repeats, target=target,
-                    intercept=intercept)  # fmt: skip
+                    intercept=intercept, model=model)  # fmt: skip
         if name in CURVE:
-            spec.update(mode="curve", tol=1e-6, max_iter=500, budget=out["budget"]["asked"])
+            tol, cap = (ref_tol / 10, SVM_CAP) if svm else (1e-6, 500)
+            spec.update(mode="curve", tol=tol, max_iter=cap, budget=out["budget"]["asked"])
         else:
-            spec.update(mode="sweep", optimum=optimum,
-                        max_iter_cap=256 if name != "liblinear" else 64)  # fmt: skip
+            cap = SVM_CAP if svm else 256 if name != "liblinear" else 64
+            spec.update(mode="sweep", optimum=optimum, max_iter_cap=cap)
             if budget_s and name in budget_s:
                 spec["budget_s"] = budget_s[name]
         return spec
@@ -124,9 +160,12 @@ def time_to_target(set_dir: str, *, C: float = 0.1, repeats: int = 3, delta: flo
         out["systems"][name] = _slim(r)
         log(f"  {name}: {_line(r)}  [{r['wall_s']:.0f} s]")
     out["ratios"] = ratios(out["systems"], meta["nnz"])
+    if svm:
+        out["ratios"].update(over_snapml(out["systems"]))
     if out.get("cores", {}).get("median"):
         out["ratios"]["machine_two_core_scaling"] = out["cores"]["median"]
-    out["best_path_logloss"] = min(ref.get("curve_logloss") or [optimum])
+    if not svm:
+        out["best_path_logloss"] = min(ref.get("curve_logloss") or [optimum])
     return out
 
 
@@ -177,6 +216,16 @@ def ratios(res: dict, nnz: int) -> dict:
             out["snapml1_nnz_per_s_marginal"] = nnz / slope
             out["snapfit1_over_snapml1_marginal_rate"] = s1["nnz_per_s"] * slope / nnz
     return out
+
+
+def over_snapml(res: dict) -> dict:
+    """Each system's time to target over snap ML's best in the same run (``<name>_over_snapml``)."""
+    times = {n: r.get("tt_target_s") or (r.get("fit_s") if r.get("k_star") else None)
+             for n, r in res.items()}  # fmt: skip
+    ml = [t for n, t in times.items() if n.startswith("snapml") and t]
+    if not ml:
+        return {}
+    return {f"{n}_over_snapml_best": t / min(ml) for n, t in times.items() if t}
 
 
 def main(argv=None):

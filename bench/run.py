@@ -16,6 +16,7 @@ Data is made under ``bench/data/`` (git-ignored) on first use; results go to ``b
 and every part's are kept in ``results.json`` (``timings``) and shown in ``RESULTS.md``.
 ``--dry-run`` prints the plan without running anything; ``--scale 0.01`` runs a mode's plan on
 sets 100x smaller (a check that it starts and finishes; its timings mean nothing).
+``--model svm`` times the hinge-loss linear SVM to a primal target instead (part 3 only).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ import platform
 import sys
 import time
 
-from bench.bench_solver import CURVE, SWEEP, budget_of, time_to_target, used_budget
+from bench.bench_solver import (
+    CURVE,
+    SVM_SYSTEMS,
+    SWEEP,
+    budget_of,
+    time_to_target,
+    used_budget,
+)
 from bench.sets import make_set, meta_of
 from bench.systems import SYSTEMS, children_cpu_s, run_job
 
@@ -184,10 +192,14 @@ def plan(cfg: dict, a) -> list[str]:
                      f"{a.repeats} fits each")  # fmt: skip
     if "target" not in a.skip:
         names = ", ".join("-".join(map(str, kr)) for kr in cfg["target"])
-        lines.append(f"time to target on {names}: "
-                     + ", ".join(a.systems or CURVE + SWEEP)
+        lines.append(f"time to target ({a.model}) on {names}: "
+                     + ", ".join(a.systems or systems_of(a.model))
                      + f"; budgets (s of fits) {cfg['target_budget_s']}")  # fmt: skip
     return lines
+
+
+def systems_of(model: str) -> tuple:
+    return SVM_SYSTEMS if model == "svm" else CURVE + SWEEP
 
 
 def main(argv=None) -> None:
@@ -207,13 +219,19 @@ def main(argv=None) -> None:
     ap.add_argument("--no-intercept", action="store_true",
                     help="time to target with w alone, no constant feature, in every system "
                          "(needs --skip agree table)")  # fmt: skip
+    ap.add_argument("--model", choices=["logistic", "svm"], default="logistic",
+                    help="svm: the hinge-loss linear SVM's time to a primal target (needs "
+                         "--skip agree table)")  # fmt: skip
     a = ap.parse_args(argv)
-    if a.no_intercept and not {"agree", "table"} <= set(a.skip):
-        ap.error("--no-intercept measures the time to target only: add --skip agree table")
-    targets = tuple(a.systems) if a.systems else CURVE + SWEEP
-    unknown = sorted(set(targets) - set(CURVE + SWEEP))
+    for flag, on in (("--no-intercept", a.no_intercept), ("--model svm", a.model == "svm")):
+        if on and not {"agree", "table"} <= set(a.skip):
+            ap.error(f"{flag} measures the time to target only: add --skip agree table")
+    known = systems_of(a.model)
+    targets = tuple(a.systems) if a.systems else known
+    unknown = sorted(set(targets) - set(known))
     if unknown:
-        ap.error(f"--systems: unknown {', '.join(unknown)}; choose from {', '.join(CURVE + SWEEP)}")
+        ap.error(f"--systems: unknown for {a.model} {', '.join(unknown)}; choose from "
+                 f"{', '.join(known)}")  # fmt: skip
     if a.repeats < 3:
         ap.error("--repeats must be at least 3: every time is a median of 3 or more fits")
     mode = "quick" if a.quick else "full"
@@ -237,6 +255,7 @@ def main(argv=None) -> None:
     command += f" --budget {' '.join(a.budget)}" if a.budget else ""
     command += f" --systems {' '.join(targets)}" if a.systems else ""
     command += " --no-intercept" if a.no_intercept else ""
+    command += f" --model {a.model}" if a.model != "logistic" else ""
     if a.dry_run:
         log(f"{command} ({mode} mode) would run:")
         for line in plan(cfg, a):
@@ -244,7 +263,7 @@ def main(argv=None) -> None:
         return
     t_start = time.time()
     res = {"mode": mode, "C": a.C, "repeats": a.repeats, "machine": machine_info(),
-           "intercept": not a.no_intercept,
+           "intercept": not a.no_intercept, "model": a.model,
            "command": command, "scale": a.scale, "loadavg_start": os.getloadavg(),
            "timings": {}}  # fmt: skip
     timings = res["timings"]
@@ -280,6 +299,7 @@ def main(argv=None) -> None:
                 budget_s=cfg["target_budget_s"],
                 log=log,
                 intercept=not a.no_intercept,
+                model=a.model,
             )  # fmt: skip
             for kr in cfg["target"]
         ]

@@ -15,8 +15,10 @@ snap ML (``regularizer=1/C``, ``fit_intercept=True`` appends a constant feature)
 natively; lbfgs and saga (which leave the intercept unpenalized) get a column of ones and
 ``fit_intercept=False``; VW gets a constant feature, ``--noconstant`` and ``--bfgs --l2 1/C``.
 A spec with ``intercept=False`` fits ``w`` alone in every system (``b = 0``); VW, whose files
-carry the constant feature, is not run then.
-``primal`` is recomputed here with one formula for all of them.
+carry the constant feature, is not run then. A spec with ``model="svm"`` fits the hinge-loss
+linear SVM instead (snapfit's ``loss="hinge"``, snap ML's ``SupportVectorMachine``, liblinear's
+``LinearSVC(dual=True)``; same ``C`` mapping) and is judged by its training primal
+(``judge_of``). ``primal`` is recomputed here with one formula for all of them.
 """
 
 from __future__ import annotations
@@ -53,9 +55,34 @@ def margins(X, y01, w: np.ndarray, b: float) -> np.ndarray:
     return np.where(y01 > 0, 1.0, -1.0) * (X @ w + b)
 
 
-def primal(X, y01, w, b, C: float) -> float:
+def primal(X, y01, w, b, C: float, loss: str = "logistic") -> float:
+    """``1/2 (||w||^2 + b^2) + C sum_i loss(y_i (w.x_i + b))``: logistic, or ``"hinge"``."""
     m = margins(X, y01, w, b)
-    return float(0.5 * (w @ w + b * b) + C * np.logaddexp(0.0, -m).sum())
+    terms = np.maximum(0.0, 1.0 - m) if loss == "hinge" else np.logaddexp(0.0, -m)
+    return float(0.5 * (w @ w + b * b) + C * terms.sum())
+
+
+def is_svm(spec) -> bool:
+    return spec.get("model", "logistic") == "svm"
+
+
+def loss_of(spec) -> str:
+    return "hinge" if is_svm(spec) else "logistic"
+
+
+def metric_of(spec) -> str:
+    """What a fit to a target is judged by, as it appears in result keys (``curve_<metric>``,
+    ``stopped_<metric>_all``): the test log loss, or the SVM's training primal."""
+    return "primal" if is_svm(spec) else "logloss"
+
+
+def judge_of(spec, X, y, Xte, yte):
+    """``(w, b) -> value`` that a fit to a target must bring to ``spec["target"]`` or below:
+    logistic regression's test log loss (the model's use), the SVM's training primal (hinge has
+    no likelihood to hold out; the primal is what all three SVMs minimize)."""
+    if is_svm(spec):
+        return lambda w, b: primal(X, y, w, b, spec["C"], "hinge")
+    return lambda w, b: logloss(Xte, yte, w, b)
 
 
 def logloss(X, y01, w, b) -> float:
@@ -80,8 +107,8 @@ def _warm_numba() -> None:
 
 # The out-of-core budget each set ended up with, found once per job (see ``_stream_source``).
 _BUDGET_USED: dict[str, int] = {}
-# The test set a run that stops at its own first epoch on target is judged on (``run``).
-_STOP_TEST: tuple | None = None
+# What a run that stops at its own first epoch on target is judged by (``judge_of``).
+_STOP_JUDGE = None
 
 
 def _stream_source(spec):
@@ -120,6 +147,7 @@ def _snapfit_source(spec, X, y):
 def run_snapfit(spec, X, y) -> dict:
     """The estimator's path (``snapfit.train.train``) with an epoch hook that keeps ``w``."""
     from snapfit.engine import Devices, Problem
+    from snapfit.solvers.dual import LOSSES
     from snapfit.train import train
 
     _warm_numba()
@@ -132,10 +160,11 @@ def run_snapfit(spec, X, y) -> dict:
         n_features=source.n_features, c_pos=C, c_neg=C, bias=1.0 if _intercept(spec) else 0.0,
         tol=spec.get("tol", 1e-4),
         max_iter=spec.get("max_iter", 1000), seed=_seed(spec.get("seed_run", 0)),
+        loss=LOSSES[loss_of(spec)],
     )  # fmt: skip
 
     curve = []
-    stop_test = _STOP_TEST if spec.get("stop_at_target") else None
+    judge = _STOP_JUDGE if spec.get("stop_at_target") else None
 
     def cb(rec, w):
         h0 = time.perf_counter()
@@ -143,8 +172,8 @@ def run_snapfit(spec, X, y) -> dict:
         if keep:
             snaps.append(w.copy())
         hit = False
-        if stop_test is not None:  # judged in the hook, whose time the fit does not count
-            curve.append(logloss(*stop_test, w[:-1], w[-1]))
+        if judge is not None:  # judged in the hook, whose time the fit does not count
+            curve.append(judge(w[:-1], w[-1]))
             hit = curve[-1] <= spec["target"]
         hook[0] += time.perf_counter() - h0
         return hit
@@ -162,8 +191,8 @@ def run_snapfit(spec, X, y) -> dict:
         gap_exact=hist[-1]["exact"], epoch_times=times, history=hist,
     )  # fmt: skip
     out["source"] = source_kind
-    if stop_test is not None:
-        out["curve_logloss"] = curve
+    if judge is not None:
+        out[f"curve_{metric_of(spec)}"] = curve
         out["k_star"] = res.n_iter if curve and curve[-1] <= spec["target"] else None
     if spec["system"] == "snapfit-ooc":
         out["budget_used"] = _BUDGET_USED[spec["set"]]
@@ -181,14 +210,15 @@ def _common(fit_s, n_iter, w, b) -> dict:
 
 
 def run_snapml(spec, X, y) -> dict:
-    from snapml import LogisticRegression
+    from snapml import LogisticRegression, SupportVectorMachine
 
-    m = LogisticRegression(
-        regularizer=1.0 / spec["C"], dual=True, n_jobs=spec["n_jobs"],
-        fit_intercept=_intercept(spec),
+    kw = dict(
+        regularizer=1.0 / spec["C"], n_jobs=spec["n_jobs"], fit_intercept=_intercept(spec),
         intercept_scaling=1.0, tol=spec.get("tol", 1e-4), max_iter=spec.get("max_iter", 1000),
         random_state=0,
     )  # fmt: skip
+    m = SupportVectorMachine(loss="hinge", **kw) if is_svm(spec) else LogisticRegression(
+        dual=True, **kw)  # fmt: skip
     t0 = time.perf_counter()
     m.fit(X, y)
     fit_s = time.perf_counter() - t0
@@ -205,17 +235,21 @@ def with_ones(X):
 
 def run_sklearn(spec, X, y) -> dict:
     from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
 
     solver = spec["system"]
     # lbfgs and saga do not penalize their own intercept: a column of ones instead
     aug = solver != "liblinear" and _intercept(spec)
     Xf = with_ones(X) if aug else X
     tol = spec.get("tol", 1e-4) or 1e-300  # liblinear refuses tol=0
-    m = LogisticRegression(
-        C=spec["C"], solver=solver, fit_intercept=_intercept(spec) and not aug,
-        intercept_scaling=1.0,
-        tol=tol, max_iter=spec.get("max_iter", 1000), random_state=0,
-    )  # fmt: skip
+    kw = dict(C=spec["C"], fit_intercept=_intercept(spec) and not aug, intercept_scaling=1.0,
+              tol=tol, max_iter=spec.get("max_iter", 1000), random_state=0)  # fmt: skip
+    if is_svm(spec):
+        if solver != "liblinear":
+            raise ValueError(f"{solver} fits logistic regression only")
+        m = LinearSVC(loss="hinge", dual=True, **kw)
+    else:
+        m = LogisticRegression(solver=solver, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
@@ -357,8 +391,9 @@ def predict_s(points: dict, k: int) -> float:
 
 
 def sweep(spec: dict, X, y, Xte, yte) -> dict:
-    """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` test log loss, found
-    by ``next_probe``; every fit's (max_iter, seconds, log loss) is kept. The probe at the answer
+    """Smallest ``max_iter`` (tol=0) whose model reaches ``spec["target"]`` (test log loss, or the
+    SVM's primal: ``judge_of``), found by ``next_probe``; every fit's (max_iter, seconds, value)
+    is kept. The probe at the answer
     is one of the ``repeats`` timed fits; the others run after it.
 
     ``budget_s`` bounds the seconds of fits of the whole measurement: until a probe hits, a probe
@@ -369,6 +404,7 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
     runs: dict[int, dict] = {}
     t_spent, budget_s = 0.0, spec.get("budget_s", float("inf"))
     repeats = spec.get("repeats", 3)
+    judge, metric = judge_of(spec, X, y, Xte, yte), metric_of(spec)
 
     def fit(k: int) -> dict:
         return fit_once({**spec, "mode": "fixed", "max_iter": k, "tol": 0.0}, X, y)
@@ -376,7 +412,7 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
     k, cap = 1, spec.get("max_iter_cap", 256)
     while k is not None:
         runs[k] = fit(k)
-        points[k] = (runs[k]["fit_s"], logloss(Xte, yte, runs[k].pop("_w"), runs[k].pop("_b")))
+        points[k] = (runs[k]["fit_s"], judge(runs[k].pop("_w"), runs[k].pop("_b")))
         t_spent += runs[k]["fit_s"]
         k = next_probe(points, spec["target"], spec["optimum"], cap)
         reached = any(ll <= spec["target"] for _, ll in points.values())
@@ -387,9 +423,9 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
     best = min(points, key=lambda kk: points[kk][1])
     out = {"points": sorted([kk, t, ll] for kk, (t, ll) in points.items()),
            "k_star": hits[0] if hits else None, "search_s": t_spent,
-           "best_logloss": points[best][1], "best_max_iter": best}  # fmt: skip
+           f"best_{metric}": points[best][1], "best_max_iter": best}  # fmt: skip
     if not hits:
-        seen = f"best test log loss {points[best][1]:.6f}"
+        seen = f"best {'primal' if metric == 'primal' else 'test log loss'} {points[best][1]:.6f}"
         out["not_reached"] = f"not reached by max_iter {max(points)} ({seen})"
         if k is not None:
             out["not_reached"] = (
@@ -403,7 +439,7 @@ def sweep(spec: dict, X, y, Xte, yte) -> dict:
     timed = [runs[k]] + [fit(k) for _ in range(repeats - 1)]
     out["fit_s_all"] = [r["fit_s"] for r in timed]
     out["fit_s"] = float(np.median(out["fit_s_all"]))
-    out["test_logloss"] = points[k][1]
+    out["primal" if metric == "primal" else "test_logloss"] = points[k][1]
     out["epoch_s"] = float(np.median([r["epoch_s"] for r in timed]))
     out["nnz_per_s"] = float(np.median([r["nnz_per_s"] for r in timed]))
     out["peak_rss_mb"] = peak_rss_mb()
@@ -438,11 +474,14 @@ def run(spec: dict) -> dict:
         X, y = load_xy(os.path.join(spec["set"], "train.npz"))
     Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
     w, b = out.pop("_w"), out.pop("_b")
-    out["primal"] = primal(X, y, w, b, spec["C"])
-    out["test_logloss"] = logloss(Xte, yte, w, b)
+    out["primal"] = primal(X, y, w, b, spec["C"], loss_of(spec))
+    if not is_svm(spec):
+        out["test_logloss"] = logloss(Xte, yte, w, b)
     snaps = out.pop("_snaps", None)
-    if snaps and "curve_logloss" not in out:
-        out["curve_logloss"] = [logloss(Xte, yte, s[:-1], s[-1]) for s in snaps]
+    curve = f"curve_{metric_of(spec)}"
+    if snaps and curve not in out:
+        judge = judge_of(spec, X, y, Xte, yte)
+        out[curve] = [judge(s[:-1], s[-1]) for s in snaps]
     out["spec"] = spec
     return out
 
@@ -451,7 +490,8 @@ def _own_targets(spec: dict, X, y) -> list[dict]:
     """``repeats`` fits of a snapfit system, fit ``r`` from the seed of ``random_state=r``: each
     judges the test log loss after each of its epochs (outside the timed fit) and stops at its
     own first epoch on target. The first run's dict gets the median epochs and time, all runs',
-    and the test log loss of each model returned (``w(alpha)`` rebuilt for sharing threads).
+    and the judged value (``judge_of``) of each model returned (``w(alpha)`` rebuilt for
+    sharing threads).
 
     Why a seed per fit: the epochs to a target depend on the path a seed gives (on 4M
     criteo-40 rows, solver seeds 0-4: one thread 12, 15, 15, 14, 14 epochs, CoCoA+ threads
@@ -460,19 +500,19 @@ def _own_targets(spec: dict, X, y) -> list[dict]:
     between systems. Threads sharing ``w`` take a path that also depends on their timing."""
     from bench.sets import load_xy
 
-    global _STOP_TEST
+    global _STOP_JUDGE
     Xte, yte = load_xy(os.path.join(spec["set"], "test.npz"))
-    _STOP_TEST = (Xte, yte)
+    judge = _STOP_JUDGE = judge_of(spec, X, y, Xte, yte)
     try:
         first = spec.get("first_seed_run", 0)
         runs = [fit_once({**spec, "mode": "converge", "stop_at_target": True, "seed_run": r},
                          X, y) for r in range(first, first + spec.get("repeats", 3))]  # fmt: skip
     finally:
-        _STOP_TEST = None
+        _STOP_JUDGE = None
     ks = [r.get("k_star") for r in runs]
     times = [r["epoch_times"][k - 1] if k else None for r, k in zip(runs, ks, strict=True)]
     _target_summary(runs[0], ks, times)
-    runs[0]["stopped_logloss_all"] = [logloss(Xte, yte, r["_w"], r["_b"]) for r in runs]
+    runs[0][f"stopped_{metric_of(spec)}_all"] = [judge(r["_w"], r["_b"]) for r in runs]
     return runs
 
 
@@ -511,7 +551,8 @@ def merge_fits(parts: list[dict]) -> dict:
     # A part that missed has no times: one None per fit of it.
     times = [t for p in parts for t in p.get("tt_target_all", [None] * len(p["k_star_all"]))]
     _target_summary(out, ks, times)
-    out["stopped_logloss_all"] = [v for p in parts for v in p["stopped_logloss_all"]]
+    for key in [k for k in parts[0] if k.startswith("stopped_")]:
+        out[key] = [v for p in parts for v in p[key]]
     out["peak_rss_mb"] = max(p["peak_rss_mb"] for p in parts)
     for key in ("wall_s", "cpu_s"):
         out[key] = sum(p.get(key, 0.0) for p in parts)

@@ -197,7 +197,7 @@ def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypa
 
     def fake_fit(spec, X, y):
         seen.append(dict(spec))
-        assert S._STOP_TEST is not None  # the test set the callback judges each epoch on
+        assert S._STOP_JUDGE is not None  # what the callback judges each epoch by
         k, times = next(paths)
         return {"k_star": k, "epoch_times": times, "fit_s": times[-1], "epoch_s": 1.0,
                 "nnz_per_s": 1.0, "_w": np.zeros(2), "_b": float(k)}  # fmt: skip
@@ -205,7 +205,7 @@ def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypa
     monkeypatch.setattr(S, "fit_once", fake_fit)
     monkeypatch.setattr(bench.sets, "load_xy", lambda path: (None, None))
     monkeypatch.setattr(S, "logloss", lambda X, y, w, b: 0.3 + b / 1000)
-    monkeypatch.setattr(S, "primal", lambda X, y, w, b, C: 1.0)
+    monkeypatch.setattr(S, "primal", lambda X, y, w, b, C, loss="logistic": 1.0)
     monkeypatch.setattr(S, "peak_rss_mb", lambda: 1.0)
     spec = {"system": system, "set": "s", "C": 0.1, "target": 0.31, "repeats": 3,
             "mode": "curve"}  # fmt: skip
@@ -215,7 +215,7 @@ def test_runs_on_their_own_paths_each_stop_at_their_own_epoch_on_target(monkeypa
     assert len({S._seed(r) for r in range(3)}) == 3
     assert out["k_star_all"] == [4, 2, 3] and out["k_star"] == 3
     assert out["tt_target_all"] == [4.0, 3.0, 3.6] and out["tt_target_s"] == 3.6
-    assert out["stopped_logloss_all"] == [0.304, 0.302, 0.303] and S._STOP_TEST is None
+    assert out["stopped_logloss_all"] == [0.304, 0.302, 0.303] and S._STOP_JUDGE is None
 
 
 def test_snapfit_fits_to_the_target_are_interleaved_and_merged(monkeypatch):
@@ -266,3 +266,114 @@ def test_a_missed_or_failed_fit_is_what_the_merged_entry_says():
     assert merged["k_star"] is None and merged["not_reached"] == "1 of 3 runs missed the target"
     assert "tt_target_s" not in merged
     assert merge_fits([hit, {"error": "boom"}]) == {"error": "boom"}
+
+
+# ``python -m bench --model svm``: the hinge-loss SVM's pieces.
+
+
+@pytest.fixture(scope="module")
+def small_criteo():
+    import scipy.sparse as sp
+
+    from snapfit.datasets.criteo_like import make_criteo_like
+
+    X, y = make_criteo_like(3000, seed=3, hash_bits=12)
+    X = sp.csr_matrix(X, dtype=np.float32)
+    X.indices, X.indptr = X.indices.astype(np.int32), X.indptr.astype(np.int32)  # as bench.sets
+    return X, y
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_svm_systems_minimize_the_bench_primal_with_regularizer_one_over_C(small_criteo, intercept):
+    """snapfit, snap ML (``regularizer=1/C``) and liblinear fitted tightly reach one optimum of
+    the bench's hinge primal; snapfit's own primal is that formula (the intercept regularized)."""
+    import bench.systems as S
+
+    X, y = small_criteo
+    base = {"model": "svm", "C": 0.1, "mode": "converge", "n_jobs": 1, "intercept": intercept,
+            "set": "unused"}  # fmt: skip
+    tight = {"snapfit-1": {"tol": 1e-9, "max_iter": 20000},
+             "snapml-1": {"tol": 1e-12, "max_iter": 20000},
+             "liblinear": {"tol": 1e-10, "max_iter": 200000}}  # fmt: skip
+    P = {}
+    for name, kw in tight.items():
+        r = S.fit_once({**base, "system": name, **kw}, X, y)
+        P[name] = S.primal(X, y, r["_w"], r["_b"], 0.1, "hinge")
+        if name == "snapfit-1":
+            assert r["primal_reported"] == pytest.approx(P[name], rel=1e-9)
+            assert intercept or r["_b"] == 0.0
+    best = min(P.values())
+    assert all(p <= best * (1 + 1e-6) for p in P.values()), P
+    assert S.primal(X, y, np.zeros(X.shape[1]), 0.0, 0.1, "hinge") == pytest.approx(0.1 * len(y))
+
+
+def test_svm_target_is_relative_to_a_certified_optimum():
+    from bench.bench_solver import svm_target
+
+    goal = svm_target(200.0, 1e-6, delta=1e-3)
+    assert goal["optimum"] == 200.0 and goal["target"] == pytest.approx(200.2)
+    with pytest.raises(ValueError, match="not below delta/10"):
+        svm_target(200.0, 5e-4, delta=1e-3)  # a loose reference could move the target
+
+
+def test_svm_sweep_judges_the_training_primal(monkeypatch):
+    """The searched SVMs are judged by the hinge primal on the training rows, not a test loss."""
+    import bench.systems as S
+
+    def fake_fit(spec, X, y):
+        k = spec["max_iter"]
+        return {"fit_s": k / 10, "_w": k, "_b": 0.0, "epoch_s": 0.1, "nnz_per_s": 1.0}
+
+    def fake_primal(X, y, w, b, C, loss="logistic"):
+        assert (X, y, C, loss) == ("Xtrain", "ytrain", 0.1, "hinge")
+        return 100.0 * (1 + np.exp(-0.05 * w))
+
+    monkeypatch.setattr(S, "fit_once", fake_fit)
+    monkeypatch.setattr(S, "primal", fake_primal)
+    monkeypatch.setattr(S, "logloss", lambda *a: pytest.fail("the SVM has no test log loss"))
+    spec = {"model": "svm", "C": 0.1, "target": 100.1, "optimum": 100.0, "repeats": 3,
+            "max_iter_cap": 2048}  # fmt: skip
+    out = S.sweep(spec, "Xtrain", "ytrain", "Xtest", "ytest")
+    k = out["k_star"]
+    assert fake_primal("Xtrain", "ytrain", k, 0, 0.1, "hinge") <= 100.1
+    assert fake_primal("Xtrain", "ytrain", k - 1, 0, 0.1, "hinge") > 100.1
+    assert out["primal"] <= 100.1 and "best_primal" in out and "test_logloss" not in out
+
+
+def test_over_snapml_ratios_and_svm_systems_on_the_command_line():
+    from bench.bench_solver import over_snapml
+    from bench.run import main
+
+    res = {"snapfit-1": {"tt_target_s": 2.0, "k_star": 5},
+           "snapml-1": {"fit_s": 4.0, "k_star": 9}, "snapml-2": {"fit_s": 5.0, "k_star": 9},
+           "liblinear": {"k_star": None, "not_reached": "budget"}}  # fmt: skip
+    assert over_snapml(res) == {"snapfit-1_over_snapml_best": 0.5,
+                                "snapml-1_over_snapml_best": 1.0,
+                                "snapml-2_over_snapml_best": 1.25}  # fmt: skip
+    assert over_snapml({"snapfit-1": {"tt_target_s": 2.0}}) == {}
+    with pytest.raises(SystemExit):
+        main(["--model", "svm"])  # the time to target only: --skip agree table
+    with pytest.raises(SystemExit):
+        main(["--model", "svm", "--skip", "agree", "table", "--systems", "saga", "--dry-run"])
+
+
+def test_bench_report_of_the_svm(tmp_path):
+    from bench.report import write_report
+
+    res = _bench_results()
+    del res["agree"], res["table"]
+    t = res["target"][0]
+    t.update(model="svm", optimum=100.0, target=100.1, ref_rel_gap=1e-7)
+    del t["best_path_logloss"]
+    t["systems"]["snapfit-2"]["stopped_primal_all"] = t["systems"]["snapfit-2"].pop(
+        "stopped_logloss_all"
+    )
+    t["systems"]["snapfit-2"]["stopped_primal_all"] = [100.05, 100.09]
+    res["target"] = [t]
+    res["timings"] = {"data_s": 1.0, "target_s": 10.0}
+    write_report(res, str(tmp_path))
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "Hinge-loss linear SVM, C=0.1" in md and "= optimum × (1 + 0.001)" in md
+    assert "Primal of the models returned" in md and "(all at or below the target)" in md
+    assert "liblinear's solver 3" in md
+    assert (tmp_path / "time_to_target_s-1000.png").read_bytes()[:4] == b"\x89PNG"
