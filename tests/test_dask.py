@@ -396,6 +396,48 @@ def test_linear_svc_on_the_cluster_reaches_the_local_optimum(client, svm_data, l
     np.testing.assert_array_equal(lazy.compute(), local.predict(X))
 
 
+@pytest.mark.parametrize("inputs", ["arrays", "parquet"])
+def test_one_vs_rest_on_the_cluster_reaches_the_local_optimum(client, svm_data, inputs, tmp_path):
+    """Three classes: every worker runs the K problems of its rows in one pass and measures
+    them at the global ``w`` (K blocks); "balanced" weights from the client's class counts."""
+    _, X, y = svm_data
+    y3 = np.where(y > 0, 7, np.where(np.arange(len(y)) % 3 == 0, -2, 3))
+    kw = dict(C=SVM_C, loss="squared_hinge", class_weight="balanced", random_state=0)
+    ref = LinearSVC(device="cpu", tol=1e-10, max_iter=5000, **kw).fit(X, y3)
+    est = DaskLinearSVC(client=client, tol=1e-8, max_iter=200, **kw)
+    if inputs == "arrays":
+        data = (da.from_array(X, chunks=(500, 256)),)
+        est.fit(data[0], da.from_array(y3, chunks=500))
+    else:
+        data = (write_parquet(tmp_path / "three.parquet", X, y3, row_group_rows=250,
+                              targets="classes"),)  # fmt: skip
+        est.fit(data[0])
+    assert est.classes_.tolist() == [-2, 3, 7] and est.coef_.shape == (3, 256)
+    last = est.history_[-1]
+    assert last["exact"] and last["rel_gap"] <= 1e-8 and last["n_workers"] == 2
+    assert _rel(last["primal"], ref.history_[-1]["primal"]) <= 1e-6
+    lazy = est.predict(data[0])
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), est.to_local().predict(X))
+    np.testing.assert_allclose(est.decision_function(data[0]).compute(),
+                               est.to_local().decision_function(X), rtol=1e-12)  # fmt: skip
+
+
+def test_one_vs_rest_logistic_probabilities_on_the_cluster(client, svm_data):
+    _, X, y = svm_data
+    y3 = np.where(y > 0, "b", np.where(np.arange(len(y)) % 3 == 0, "a", "c"))
+    ref = LogisticRegression(C=C, device="cpu", tol=1e-10, max_iter=500, random_state=0)
+    ref.fit(X, y3)
+    est = DaskLogisticRegression(client=client, C=C, tol=1e-8, max_iter=200, random_state=0)
+    Xd = da.from_array(X, chunks=(500, 256))
+    est.fit(Xd, da.from_array(y3, chunks=500))
+    assert est.classes_.tolist() == ["a", "b", "c"]
+    assert _rel(est.history_[-1]["primal"], ref.history_[-1]["primal"]) <= 1e-6
+    proba = est.predict_proba(Xd).compute()
+    np.testing.assert_allclose(proba, est.to_local().predict_proba(X), rtol=1e-12)
+    np.testing.assert_allclose(proba, ref.predict_proba(X), atol=1e-4)
+
+
 def test_ridge_on_the_cluster_reaches_the_local_optimum(client, svm_data, tmp_path):
     """Real targets travel in the array blocks (float32, as ``Ridge`` keeps them) with sample
     weights, or the workers read them from Parquet; the squared loss's rounds reach

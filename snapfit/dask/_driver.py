@@ -502,7 +502,8 @@ def train(
     from snapfit.errors import DataError
 
     units = dict(units or {"device": "cpu"})
-    options = {"units": units, "memory_budget": memory_budget, "chunk_rows": chunk_rows}
+    options = {"units": units, "memory_budget": memory_budget, "chunk_rows": chunk_rows,
+               "width": problem.n_classes}  # fmt: skip
     rd = _Round(client, inp, timeout=timeout, tree_above=tree_above, part_options=options)
     try:
         threads = alive_workers(client, timeout)

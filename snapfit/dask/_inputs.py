@@ -31,16 +31,23 @@ class ParquetInput:
 
 
 def _block(x, y, classes, w):
-    """One row block as the parts want it: labels mapped to 0/1 (``classes[1]`` is 1), or real
-    targets as float32 when ``classes`` is None."""
+    """One row block as the parts want it: labels mapped to 0/1 (``classes[1]`` is 1), to their
+    class index (float32) for more than two classes (one-vs-rest), or real targets as float32
+    when ``classes`` is None."""
     y = np.asarray(y).ravel()
-    y = y.astype(np.float32) if classes is None else (y == classes[1]).astype(np.int8)
+    if classes is None:
+        y = y.astype(np.float32)
+    elif len(classes) > 2:
+        y = np.searchsorted(classes, y).astype(np.float32)
+    else:
+        y = (y == classes[1]).astype(np.int8)
     return (x, y, None if w is None else np.asarray(w).ravel())
 
 
 class ArrayInput:
-    """Dask arrays ``X`` and ``y``: labels of ``classes`` (kind "arrays") or, with ``classes``
-    None, real targets (kind "targets", for the squared loss)."""
+    """Dask arrays ``X`` and ``y``: labels of two ``classes`` (kind "arrays") or, with
+    ``classes`` None, real targets (kind "targets", for the squared loss); more than two classes
+    travel as their indices, kept as they are like targets (kind "targets")."""
 
     def __init__(self, client, X, y, sample_weight, classes):
         import dask
@@ -58,7 +65,7 @@ class ArrayInput:
         blocks = [dask.delayed(_block, pure=True)(x, yy, classes, w)
                   for x, yy, w in zip(xs, ys, ws, strict=True)]  # fmt: skip
         self.futures = client.compute(blocks)  # computed where dask puts them, never gathered
-        self.kind = "arrays" if classes is not None else "targets"
+        self.kind = "arrays" if classes is not None and len(classes) == 2 else "targets"
         self.client = client
         self.timeout = 600.0
         self.name = "dask array X"

@@ -33,6 +33,7 @@ from snapfit.solvers.cpu import (
     unpack_alpha,
 )
 from snapfit.solvers.dual import HINGE, LOGISTIC
+from snapfit.solvers.ovr import block_axpy, block_dot, class_row
 
 _inline = njit(inline="always", nogil=True)
 
@@ -46,18 +47,62 @@ def _sigmoid(m):
     return e / (1.0 + e)
 
 
+@_inline
+def _pair_coef(dot, yi, s, c, loss):
+    """``(a_i - p_i) y_i`` of one row (``a_i - p_i`` for the squared loss): the row's share
+    of ``r`` (module docstring); logistic's taken on the side of the packed alpha that is
+    stored exactly: ``a - C s(-m)`` when ``a <= C/2``, else ``C s(m) - (C - a)``."""
+    if loss == LOGISTIC:
+        m = yi * dot
+        a, ca = unpack_alpha(s, c)
+        if a <= ca:
+            return (a - c * _sigmoid(-m)) * yi
+        return (c * _sigmoid(m) - ca) * yi
+    paired = alpha_at(dot, yi, c, loss)
+    if loss == HINGE and 0.0 < s < c:
+        paired = s
+    return row_coef(s, c, yi, loss) - row_coef(paired, c, yi, loss)
+
+
+@njit(nogil=True, cache=True)
+def measure_ovr(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, alpha, w, r, loss=0,
+):  # fmt: skip
+    """``measure`` of one-vs-rest's K problems (``snapfit.solvers.ovr``: ``alpha`` (rows, K),
+    ``w`` and ``r`` K blocks, per-class bounds): the sums over rows and problems."""
+    n_classes = alpha.shape[1]
+    d = len(w) // n_classes - 1
+    total = 0.0
+    ent = 0.0
+    gap = 0.0
+    for i in range(len(indptr) - 1):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        for k in range(n_classes):
+            yk, c = class_row(i, k, y, weight, has_weight, c_pos, c_neg)
+            if c <= 0.0:
+                continue
+            off = k * (d + 1)
+            dot = block_dot(lo, hi, indices, values, has_values, w, off, d, bias)
+            li, ei, gi = row_terms_of(dot, yk, alpha[i, k], c, loss)
+            total += li
+            ent += ei
+            gap += gi
+            coef = _pair_coef(dot, yk, alpha[i, k], c, loss)
+            if coef != 0.0:
+                block_axpy(lo, hi, indices, values, has_values, r, off, d, bias, coef)
+    return total, ent, gap
+
+
 @njit(nogil=True, cache=True)
 def measure(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, alpha, w, r, loss=0,
 ):  # fmt: skip
-    """Exact ``(loss, entropy, gap)`` sums of a chunk at ``w``; adds the chunk's ``r`` into ``r``.
-
-    Logistic's ``a_i - p_i`` is taken on the side of the packed alpha that is stored exactly:
-    ``a - C s(-m)`` when ``a <= C/2``, else ``C s(m) - (C - a)``, so rows near their bound lose
-    no digits. The other losses store ``a_i`` itself: ``row_coef`` of ``a_i`` minus that of
-    ``p_i``.
-    """
+    """Exact ``(loss, entropy, gap)`` sums of a chunk at ``w``; adds the chunk's ``r`` into ``r``
+    (each row's ``_pair_coef``: logistic's rows near their bound lose no digits; the other
+    losses store ``a_i`` itself, ``row_coef`` of ``a_i`` minus that of ``p_i``)."""
     total = 0.0
     ent = 0.0
     gap = 0.0
@@ -77,18 +122,7 @@ def measure(
         total += li
         ent += ei
         gap += gi
-        if loss == LOGISTIC:
-            m = yi * dot
-            a, ca = unpack_alpha(alpha[i], c)
-            if a <= ca:
-                coef = (a - c * _sigmoid(-m)) * yi
-            else:
-                coef = (c * _sigmoid(m) - ca) * yi
-        else:
-            paired = alpha_at(dot, yi, c, loss)
-            if loss == HINGE and 0.0 < alpha[i] < c:
-                paired = alpha[i]
-            coef = row_coef(alpha[i], c, yi, loss) - row_coef(paired, c, yi, loss)
+        coef = _pair_coef(dot, yi, alpha[i], c, loss)
         if coef != 0.0:
             row_axpy(lo, hi, indices, values, has_values, r, bias, coef)
     return total, ent, gap

@@ -30,6 +30,7 @@ import numpy as np
 from snapfit.dask import _kernels
 from snapfit.data.chunk import Chunk, concat_chunks, split_rows
 from snapfit.engine import Devices, InMemorySource, Problem, Trainer
+from snapfit.engine.units import host_kernels
 from snapfit.solvers import cpu
 from snapfit.train import (
     make_trainer,
@@ -94,6 +95,7 @@ class Part:
         units: dict,
         memory_budget=None,
         chunk_rows: int | None = None,
+        width: int = 1,
     ):
         from distributed import get_worker
 
@@ -113,7 +115,7 @@ class Part:
         self.budget: int | None = None  # bytes for a Parquet share (arrays are already here)
         if kind == "parquet":
             budget = self.budget = resolve_budget(memory_budget, limit=limit)
-            self._open_parquet(payload, kept, budget, chunk_rows)
+            self._open_parquet(payload, kept, budget, chunk_rows, width)
         else:
             chunks = []
             for j, k in enumerate(self.ids):
@@ -138,7 +140,7 @@ class Part:
         self.rows = [c.n_rows for c in chunks]
         self.chunk = concat_chunks(chunks)  # its source is made by start(), with n_features
 
-    def _open_parquet(self, dataset, kept, budget: int, chunk_rows) -> None:
+    def _open_parquet(self, dataset, kept, budget: int, chunk_rows, width: int = 1) -> None:
         """This share through the single-node path: planned once by ``train.plan_dataset``
         (resident or streamed), opened by ``train.open_dataset``. A resident share is kept here
         as rows, so that a next generation on this worker reuses them (``inherit``)."""
@@ -153,7 +155,7 @@ class Part:
                 "rows; raise memory_budget or add workers."
             )
         plan = plan_dataset(share, budget, n_units=self.devices.n_units, chunk_rows=chunk_rows,
-                            hot=self.devices.shares_cpu)  # fmt: skip
+                            hot=self.devices.shares_cpu and width == 1, width=width)  # fmt: skip
         if plan.resident:
             chunks = []
             for j, k in enumerate(self.ids):
@@ -187,7 +189,8 @@ class Part:
             nnz = self.chunk.nnz
         else:  # real targets (ridge) have no classes to count
             data = self.source.dataset
-            counts = data.label_counts() if data.targets != "real" else (0, 0)
+            # real targets (ridge) and class indices (one-vs-rest, counted by the client)
+            counts = data.label_counts() if data.targets == "class" else (0, 0)
             nnz = int(data.nnz)
         return {
             "address": self.address,
@@ -247,9 +250,12 @@ class Part:
         w_in = tr.inward(w)  # the trainer's feature order (threads sharing w relabel features)
         r_of = [np.zeros_like(w_in) for _ in range(tr.k)]  # one gradient per unit's thread
 
+        kern = host_kernels(p)
+        kernel = _kernels.measure if p.n_classes == 1 else _kernels.measure_ovr
+
         def one(t, chunk, alpha):
-            return _kernels.measure(*cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, alpha,
-                                    w_in, r_of[t], p.loss)  # fmt: skip
+            return kernel(*cpu.chunk_args(chunk), *kern.bounds, p.bias, alpha, w_in, r_of[t],
+                          p.loss)  # fmt: skip
 
         # the trainer's own pass over the share, its units' threads in parallel
         sums = np.zeros(3)
@@ -383,9 +389,8 @@ def decision_block(x, coef, intercept):
     """Task body of ``predict`` on a dask array: the block's ``x . coef + intercept``."""
     import scipy.sparse as sp
 
-    if sp.issparse(x):
-        return np.asarray(x @ coef).ravel() + intercept
-    return np.asarray(x) @ coef + intercept
+    out = np.asarray(x @ coef) if sp.issparse(x) else np.asarray(x) @ coef
+    return (out.ravel() if np.ndim(coef) == 1 else out) + intercept  # (rows, K): one-vs-rest
 
 
 def rowgroup_decision(dataset, k: int, coef, intercept) -> np.ndarray:

@@ -22,6 +22,7 @@ from snapfit.dask._driver import (
     train,
     wait_all,
 )
+from snapfit.data.validate import check_class_labels
 from snapfit.estimator import LogisticRegression
 from snapfit.inputs import as_dataset
 from snapfit.ridge import Ridge
@@ -57,6 +58,15 @@ class _DaskDoor:
     def _lazy_decision(self, X, coef, intercept: float):
         """``X coef + intercept`` as a dask array for a dask array or Parquet paths (read and
         scored on the workers, one block per row group); None for other input."""
+        if _is_dask_collection(X) and np.ndim(coef) == 2:  # one-vs-rest: (rows, K)
+            k = coef.shape[0]
+            return X.rechunk({1: X.shape[1]}).map_blocks(
+                _worker.decision_block,
+                coef.T,
+                intercept,
+                chunks=(X.chunks[0], (k,)),
+                dtype=np.float64,
+            )
         if _is_dask_collection(X):
             return X.map_blocks(_worker.decision_block, coef, intercept, drop_axis=1,
                                 dtype=np.float64)  # fmt: skip
@@ -114,6 +124,7 @@ class _DaskClassifier(_DaskDoor):
             )
         client = self._client()
         dataset = as_dataset(X) if not _is_dask_collection(X) else None
+        counts = None  # the rows of each class, for more than two (one-vs-rest)
         if dataset is not None:
             if y is not None or sample_weight is not None:
                 raise ValueError(
@@ -122,10 +133,14 @@ class _DaskClassifier(_DaskDoor):
                 )
             from snapfit.dask._inputs import ParquetInput
 
-            inp = ParquetInput(dataset)
             self.classes_ = np.array([0, 1])
+            more = check_class_labels(dataset) if dataset.has_labels else None
+            if more is not None:  # labels read as class indices on the workers
+                self.classes_, counts = more
+                dataset = dataset.with_classes(self.classes_)
+            inp = ParquetInput(dataset)
         elif _is_dask_collection(X):
-            inp = self._array_input(client, X, y, sample_weight)
+            inp, counts = self._array_input(client, X, y, sample_weight)
         else:
             raise TypeError(
                 f"{type(self).__name__}.fit takes Parquet paths or a dask array X; got "
@@ -137,6 +152,16 @@ class _DaskClassifier(_DaskDoor):
         self.feature_map_ = (featuremap.of_data(dataset) if dataset is not None
                              else featuremap.of_width(inp.n_features))  # fmt: skip
         bias = self._bias()
+        class_weights = self._class_bounds
+        self._ovr = ()  # per-class bounds of one-vs-rest (``_class_bounds``), set below
+        if len(self.classes_) > 2:
+            if validation is not None:
+                raise ValueError(
+                    f"validation scores two classes; y has {len(self.classes_)}. Fit without "
+                    "validation, or one binary model per class."
+                )
+            self._class_bounds(counts)  # every class's bounds in the problem, from the client
+            class_weights = None
         problem = self._problem(inp.n_features, 1.0, 1.0, self._seed(), bias)
         stopper = self._early_stopping(validation, inp.n_features, bias)
         callbacks = [stopper] if stopper is not None else []
@@ -145,7 +170,7 @@ class _DaskClassifier(_DaskDoor):
 
         result = train(
             client, inp, problem,  # its loss is the local estimator's (``_loss_name``)
-            class_weights=self._class_bounds,
+            class_weights=class_weights,
             units=_units(self), timeout=timeout, checkpoint_every=int(self.checkpoint_every),
             tree_above=tree_above, warm_w=self._warm_w(inp.n_features, bias),
             memory_budget=self.memory_budget, chunk_rows=self.chunk_rows,
@@ -167,13 +192,20 @@ class _DaskClassifier(_DaskDoor):
             raise ValueError("a dask array X needs labels y (a dask array or array-like).")
         y = da.asarray(y)
         classes = np.unique(da.unique(y).compute())
-        if len(classes) != 2:
+        if len(classes) < 2:
             raise ValueError(
-                f"Only binary classification is supported; y has {len(classes)} classes "
-                f"({classes[:5].tolist()}). Wrap the estimator in OneVsRestClassifier for more."
+                "This solver needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {classes[0]!r}"
             )
         self.classes_ = classes
-        return ArrayInput(client, X, y, sample_weight, classes)
+        counts = None
+        if len(classes) > 2:  # the rows of each class (weighted), for "balanced"
+            import dask
+
+            w = 1.0 if sample_weight is None else da.asarray(sample_weight)
+            counts = np.array(dask.compute(*[da.where(y == c, w, 0.0).sum() for c in classes]),
+                              dtype=np.float64)  # fmt: skip
+        return ArrayInput(client, X, y, sample_weight, classes), counts
 
     @staticmethod
     def _print_round(rec: dict) -> None:
@@ -190,7 +222,10 @@ class _DaskClassifier(_DaskDoor):
     def decision_function(self, X):
         """``w.x + b``: a dask array for a dask array or Parquet input, else a numpy array."""
         check_is_fitted(self)
-        lazy = self._lazy_decision(X, self.coef_.ravel(), float(self.intercept_[0]))
+        if self.coef_.shape[0] > 1:  # one-vs-rest: (rows, K) scores
+            lazy = self._lazy_decision(X, self.coef_, self.intercept_)
+        else:
+            lazy = self._lazy_decision(X, self.coef_.ravel(), float(self.intercept_[0]))
         return super().decision_function(X) if lazy is None else lazy
 
     def predict_proba(self, X):
@@ -199,6 +234,13 @@ class _DaskClassifier(_DaskDoor):
         import dask.array as da
         from scipy.special import expit
 
+        if self.coef_.shape[0] > 1:  # normalized over the classes, as the local estimator
+
+            def normalized(s):
+                p = expit(s)
+                return p / p.sum(axis=1, keepdims=True)
+
+            return self.decision_function(X).map_blocks(normalized, dtype=np.float64)
         p = self.decision_function(X).map_blocks(expit, dtype=np.float64)
         return da.stack([1.0 - p, p], axis=1)
 
@@ -206,6 +248,10 @@ class _DaskClassifier(_DaskDoor):
         if not _lazy(X):
             return super().predict(X)
         classes = self.classes_
+        if self.coef_.shape[0] > 1:
+            return self.decision_function(X).map_blocks(
+                lambda s: classes[np.argmax(s, axis=1)], drop_axis=1, dtype=classes.dtype
+            )
         return self.decision_function(X).map_blocks(
             lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype
         )
@@ -486,10 +532,11 @@ class DaskRidge(_DaskDoor, Ridge):
 
 
 def _predict_dataset(X):
-    """Parquet paths as a Dataset that may be unlabelled (prediction needs no labels)."""
+    """Parquet paths as a Dataset that may be unlabelled (prediction uses no labels: any are
+    read as plain numbers, whatever classes they hold)."""
     from snapfit.data import Dataset
 
-    return Dataset(X, require_labels=False) if _is_paths(X) else None
+    return Dataset(X, require_labels=False, targets="real") if _is_paths(X) else None
 
 
 def _is_paths(X) -> bool:
@@ -511,8 +558,11 @@ def _parquet_decision(dataset, coef, intercept):
     import dask.array as da
 
     score = dask.delayed(_worker.rowgroup_decision, pure=True)
+    tail = () if np.ndim(coef) == 1 else (coef.shape[0],)  # one-vs-rest: (rows, K)
     blocks = [
-        da.from_delayed(score(dataset, k, coef, intercept), shape=(ref.n_rows,), dtype=np.float64)
+        da.from_delayed(
+            score(dataset, k, coef, intercept), shape=(ref.n_rows, *tail), dtype=np.float64
+        )  # fmt: skip
         for k, ref in enumerate(dataset.chunks)
     ]
     return da.concatenate(blocks)
