@@ -7,8 +7,10 @@ and the feature map that says how to build an input row; its "model" says how to
 them for each estimator. ONNX goes through the estimator's scikit-learn twin (``to_sklearn()``)
 and ``skl2onnx``, as that twin would convert: a ``LinearClassifier`` with a logistic post
 transform for ``LogisticRegression``, without one for ``LinearSVC`` (labels by the score's
-sign), a ``LinearRegressor`` for ``Ridge``. Its input is a dense float tensor, so it suits
-models with up to some thousands of features, not 2^20 hashed ones.
+sign), a ``LinearRegressor`` for ``Ridge``; over K > 2 classes a ``OneVsRestClassifier`` of
+logistic regressions (probabilities normalized over the classes) or a K-class ``LinearSVC``,
+and the JSON's weights and intercepts one per class. Its input is a dense float tensor, so it
+suits models with up to some thousands of features, not 2^20 hashed ones.
 """
 
 from __future__ import annotations
@@ -35,23 +37,39 @@ MODELS = {
 }
 
 
+#: The "model" of a one-vs-rest model over K > 2 classes, by loss.
+OVR_MODELS = {
+    "logistic": "one-vs-rest logistic regression: s_k = w_k.x + intercept_k; P(classes[k] | x) "
+    "= sigmoid(s_k) / sum_j sigmoid(s_j); the prediction is classes[argmax_k s_k]",
+    "hinge": "one-vs-rest linear SVM: classes[argmax_k (w_k.x + intercept_k)]",
+    "squared_hinge": "one-vs-rest linear SVM: classes[argmax_k (w_k.x + intercept_k)]",
+}
+
+
+def _sparse(coef: np.ndarray) -> dict:
+    nz = np.flatnonzero(coef)
+    return {"indices": nz.tolist(), "values": coef[nz].tolist()}
+
+
 def to_json(est) -> dict:
     """The JSON document of a fitted estimator (see the module docstring); a regressor's has
-    no "classes"."""
+    no "classes"; a one-vs-rest model's "weights" and "intercept" are lists, one per class."""
     loss = est._loss_name()
-    coef = np.asarray(est.coef_, dtype=np.float64).ravel()
-    nz = np.flatnonzero(coef)
+    coef = np.atleast_2d(np.asarray(est.coef_, dtype=np.float64))
+    ovr = coef.shape[0] > 1
+    d = coef.shape[1]
+    intercept = np.ravel(est.intercept_).astype(np.float64)
     doc = {
         "format": JSON_FORMAT,
         "format_version": 1,
-        "model": MODELS[loss],
+        "model": OVR_MODELS[loss] if ovr else MODELS[loss],
         "loss": loss,
         "classes": est.classes_.tolist() if loss != "squared" else None,
-        "intercept": float(np.ravel(est.intercept_)[0]),
-        "n_features": int(coef.size),
+        "intercept": intercept.tolist() if ovr else float(intercept[0]),
+        "n_features": int(d),
         # Ridge's coef_ is 1-d, and it records a map only when fitted on converted data
-        "feature_map": getattr(est, "feature_map_", None) or featuremap.of_width(coef.size),
-        "weights": {"indices": nz.tolist(), "values": coef[nz].tolist()},
+        "feature_map": getattr(est, "feature_map_", None) or featuremap.of_width(d),
+        "weights": [_sparse(c) for c in coef] if ovr else _sparse(coef[0]),
         "n_iter": int(np.ravel(est.n_iter_)[0]),
     }
     if doc["classes"] is None:
@@ -97,12 +115,6 @@ def to_onnx(est) -> bytes:
 
 def export(est, out, fmt: str) -> None:
     """Write ``est`` to ``out`` in ``fmt`` (json or onnx), atomically."""
-    if np.ndim(est.coef_) == 2 and np.shape(est.coef_)[0] > 1:
-        raise SnapfitError(
-            f"the model is one-vs-rest over {np.shape(est.coef_)[0]} classes; export writes "
-            "binary and ridge models only: score it with snapfit predict, or export one binary "
-            "model per class."
-        )
     if fmt == "json":
         payload = (json.dumps(to_json(est), indent=1) + "\n").encode()
     elif fmt == "onnx":

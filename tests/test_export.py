@@ -153,10 +153,31 @@ def test_export_of_a_model_of_an_unknown_loss_says_so(tmp_path):
     assert not (tmp_path / "m.json").exists()
 
 
-def test_export_of_a_one_vs_rest_model_is_refused(tmp_path):
-    X = np.random.default_rng(0).random((60, 4))
-    est = snapfit.LogisticRegression(C=1.0, random_state=0).fit(X, np.arange(60) % 3)
+@pytest.mark.parametrize("make", [snapfit.LogisticRegression, snapfit.LinearSVC])
+def test_one_vs_rest_exports_k_weight_vectors_and_runs_in_onnxruntime(tmp_path, make):
+    """Three classes: the JSON's weights and intercepts are one per class, scored as its
+    "model" says; ONNX converts the scikit-learn twin (``OneVsRestClassifier`` of logistic
+    regressions, normalized probabilities; a multiclass ``LinearSVC``)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((90, 6))
+    y = np.array(["a", "b", "c"])[np.argmax(X[:, :3] + 0.3 * rng.random((90, 3)), axis=1)]
+    est = make(C=1.0, random_state=0).fit(X, y)
     est.save(tmp_path / "m.npz")
     res = _run("export", tmp_path / "m.npz", tmp_path / "m.json")
-    assert res.exit_code == 1 and "one-vs-rest over 3 classes" in res.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["classes"] == ["a", "b", "c"] and doc["model"].startswith("one-vs-rest")
+    W = np.zeros((3, doc["n_features"]))
+    for k, part in enumerate(doc["weights"]):
+        W[k, part["indices"]] = part["values"]
+    s = X @ W.T + np.asarray(doc["intercept"])
+    np.testing.assert_allclose(s, est.decision_function(X), rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(doc["classes"])[s.argmax(axis=1)], est.predict(X))
+    ort = pytest.importorskip("onnxruntime")  # in the test extras: runs in CI
+    res = _run("export", tmp_path / "m.npz", tmp_path / "m.onnx")
+    assert res.exit_code == 0, res.output
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    label, out = session.run(None, {"input": X.astype(np.float32)})
+    np.testing.assert_array_equal(label, est.predict(X))
+    want = est.predict_proba(X) if hasattr(est, "predict_proba") else est.decision_function(X)
+    np.testing.assert_allclose(out, want, atol=1e-5)
