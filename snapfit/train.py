@@ -130,12 +130,13 @@ def open_dataset(dataset, *, budget: int, devices: Devices, chunk_rows=None, see
 
 def stream_dataset(dataset, budget: int, *, n_units: int = 1, chunk_rows=None, piece_rows=None,
                    seed: int = 0, mode=None, cache_format=None, cache_dir=None,
-                   hot: bool = False, allow_resident: bool = False):  # fmt: skip
+                   hot: bool = False, allow_resident: bool = False, width: int = 1):  # fmt: skip
     """``plan_dataset`` then ``open_planned``: a ``StreamSource``, or with ``allow_resident`` a
     ``ResidentSource`` when the data fits ``budget``."""
     plan = plan_dataset(dataset, budget, n_units=n_units, chunk_rows=chunk_rows,
                         piece_rows=piece_rows, mode=mode, cache_format=cache_format,
-                        cache_dir=cache_dir, hot=hot, allow_resident=allow_resident)  # fmt: skip
+                        cache_dir=cache_dir, hot=hot, allow_resident=allow_resident,
+                        width=width)  # fmt: skip
     return open_planned(dataset, plan, chunk_rows=chunk_rows, seed=seed, cache_dir=cache_dir)
 
 
