@@ -179,9 +179,10 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features)
-    intercept_ : ndarray of shape (1,)
-    classes_ : ndarray of shape (2,)
+    coef_ : ndarray of shape (1, n_features), or (K, n_features) for K > 2 classes
+    intercept_ : ndarray of shape (1,), or (K,)
+    classes_ : ndarray of shape (2,), or (K,): more than two classes train one-vs-rest, the K
+        problems in one pass over the data per epoch (docs/losses.md)
     n_iter_ : ndarray of shape (1,)
     history_ : list of dict
         Per epoch: primal, dual, gap, rel_gap, exact, seconds, rows_per_s, nnz_per_s, io_wait
@@ -402,7 +403,8 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
                 "columns; call fit(path) without y and sample_weight."
             )
         self.n_features_in_ = dataset.n_features
-        classes = self._more_classes(dataset)
+        # more than two classes: (classes, rows of each); real targets refused in one line
+        classes = check_class_labels(dataset) if dataset.has_labels else None
         if classes is not None:  # one-vs-rest: labels read as class indices, K duals per row
             dataset = dataset.with_classes(classes[0])
             self.classes_ = classes[0]
@@ -415,12 +417,6 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         source = open_dataset(dataset, budget=resolve_budget(self.memory_budget),
                               devices=devices, chunk_rows=self.chunk_rows, seed=seed)  # fmt: skip
         return source, dataset.label_counts()
-
-    @staticmethod
-    def _more_classes(dataset):
-        """``(classes, rows of each)`` when the data's labels are more than two classes, None
-        for two (``check_class_labels``: real-valued targets are refused in one line)."""
-        return check_class_labels(dataset) if dataset.has_labels else None
 
     # -- what both doors (this one and the Dask one) share ---------------------------------
     def _seed(self) -> int:
