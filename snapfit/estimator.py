@@ -577,7 +577,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         from scipy.special import expit
 
         s = self.decision_function(X)
-        if s.ndim == 2:
+        if self.coef_.shape[0] > 1:  # (n, K) host scores: device input is refused for K > 2
             p = expit(s)
             return p / p.sum(axis=1, keepdims=True)
         if _on_device(s):  # device input: the same, in the input's library
@@ -605,7 +605,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         s = self.decision_function(X)
         if _on_device(s):
             s = _interop().to_host(s)
-        if s.ndim == 2:
+        if self.coef_.shape[0] > 1:
             return self.classes_[np.argmax(s, axis=1)]
         return self.classes_[(s > 0).astype(int)]
 

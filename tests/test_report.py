@@ -286,7 +286,10 @@ def small_criteo():
 @pytest.mark.parametrize("intercept", [True, False])
 def test_svm_systems_minimize_the_bench_primal_with_regularizer_one_over_C(small_criteo, intercept):
     """snapfit, snap ML (``regularizer=1/C``) and liblinear fitted tightly reach one optimum of
-    the bench's hinge primal; snapfit's own primal is that formula (the intercept regularized)."""
+    the bench's hinge primal; snapfit's own primal is that formula (the intercept regularized).
+    Snap ML is not a dependency: where it is not installed (CI) snapfit meets liblinear."""
+    import importlib.util
+
     import bench.systems as S
 
     X, y = small_criteo
@@ -295,6 +298,8 @@ def test_svm_systems_minimize_the_bench_primal_with_regularizer_one_over_C(small
     tight = {"snapfit-1": {"tol": 1e-9, "max_iter": 20000},
              "snapml-1": {"tol": 1e-12, "max_iter": 20000},
              "liblinear": {"tol": 1e-10, "max_iter": 200000}}  # fmt: skip
+    if importlib.util.find_spec("snapml") is None:
+        del tight["snapml-1"]
     P = {}
     for name, kw in tight.items():
         r = S.fit_once({**base, "system": name, **kw}, X, y)
