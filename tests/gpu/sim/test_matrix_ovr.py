@@ -1,10 +1,12 @@
 """One-vs-rest over three classes in the composition matrix's local GPU cells: the GPU alone
-from arrays, and the GPU with a CPU thread taking the residue and two GPU units from Parquet
-streamed under a budget below a third of its decoded size, each at the in-memory CPU optimum
-within 1e-6 (three of the six cells: each simulated cell costs up to a minute). On a GPU each
-problem of a chunk is the binary kernel's pass with its own labels (``class_labels``), bounds,
-dual block and block of ``w``; a chunk crosses to the device once a pass whatever K, its K
-blocks of ``alpha`` staying there while it is resident."""
+from arrays, and the GPU with a CPU thread taking the residue from Parquet streamed under a
+budget below a third of its decoded size, each at the in-memory CPU optimum within 1e-6 (the
+other cells, two GPU units among them, run with the whole matrix on demand:
+``SNAPFIT_MATRIX_MODEL=ovr``, ``test_matrix.py``; each simulated cell costs up to a minute).
+
+On a GPU each problem of a chunk is the binary kernel's pass with its own labels
+(``class_labels``), bounds, dual block and block of ``w``; a chunk crosses to the device once a
+pass whatever K, its K blocks of ``alpha`` staying there while it is resident."""
 
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ BUDGET = 13_500
 CELLS = {
     "gpu, arrays": dict(device="gpu", n_jobs=1),
     "gpu + cpu, streamed": dict(device="gpu", n_jobs=2),
-    "2 gpus, streamed": dict(device="gpu", device_ids=[0, 0], n_jobs=2),
 }
 
 
