@@ -551,3 +551,22 @@ def test_early_stopping_on_a_cluster_keeps_the_best_round(client, criteo, tmp_pa
     y = np.concatenate([c.y for c in Dataset(valid).iter_chunks()]) > 0
     p = local.predict_proba(valid)[:, 1]  # the kept model is the best round's
     assert -np.mean(np.log(np.where(y, p, 1 - p))) == pytest.approx(est.best_score_, rel=1e-9)
+
+
+def test_array_blocks_held_by_one_worker_are_shared_with_the_others(monkeypatch):
+    """Dask may compute every block on one worker; each keeps at most its fair share of what it
+    holds and the rest is dealt, so both workers train (no dependence on where tasks ran)."""
+    from types import SimpleNamespace
+
+    from snapfit.dask._inputs import ArrayInput
+
+    monkeypatch.setattr(distributed, "wait", lambda *a, **k: None)
+    inp = object.__new__(ArrayInput)
+    inp.sizes = {k: 100 for k in range(4)}
+    inp.futures = {k: SimpleNamespace(key=f"b{k}") for k in range(4)}
+    inp.timeout = 1.0
+    inp.client = SimpleNamespace(who_has=lambda futs: {f.key: ("w1",) for f in futs})
+    placed = inp.place({"w1": 1, "w2": 1})
+    assert placed == {"w1": [0, 1], "w2": [2, 3]}
+    inp.client = SimpleNamespace(who_has=lambda futs: {f.key: ("w1", "w2") for f in futs})
+    assert inp.place({"w1": 1, "w2": 1}) == {"w1": [0, 2], "w2": [1, 3]}

@@ -73,16 +73,22 @@ class ArrayInput:
         self.sizes = {k: int(n) for k, n in enumerate(X.chunks[0]) if n}
 
     def place(self, workers: dict[str, int]) -> dict[str, list[int]]:
-        """Each block on the worker holding it; blocks not held by a live worker are balanced."""
+        """Each block on the worker holding it, up to that worker's fair share of the rows and
+        entries; the rest (blocks held by no live worker, or beyond a share: Dask may have
+        computed every block on one worker) are balanced, so every worker trains."""
         from distributed import wait
 
         wait([self.futures[k] for k in self.sizes], timeout=self.timeout)
         who = self.client.who_has([self.futures[k] for k in self.sizes])
+        fair = sum(self.sizes.values()) / max(1, len(workers))
         start: dict[str, list[int]] = {}
-        for k in self.sizes:
+        kept: dict[str, int] = {}
+        for k in sorted(self.sizes, key=lambda k: (-self.sizes[k], k)):
             holders = [a for a in who.get(self.futures[k].key, ()) if a in workers]
-            if holders:
-                start.setdefault(holders[0], []).append(k)
+            a = min(holders, key=lambda a: (kept.get(a, 0), a)) if holders else None
+            if a is not None and kept.get(a, 0) + self.sizes[k] <= fair:
+                start.setdefault(a, []).append(k)
+                kept[a] = kept.get(a, 0) + self.sizes[k]
         return balance(self.sizes, sorted(workers), start=start)
 
     def payload(self, ids):
