@@ -632,13 +632,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         meta = {"params": model_io.jsonable(self.get_params()), "n_iter": int(self.n_iter_[0]),
                 "history": self.history_, "feature_map": featuremap.of_model(self),
                 "loss": self._loss_name()}  # fmt: skip
-        if hasattr(self, "best_iteration_"):
-            meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
-        for name in ("converged_", "stopped_early_", "streamed_"):
-            if hasattr(self, name):
-                meta[name.rstrip("_")] = bool(getattr(self, name))
-        if hasattr(self, "cache_format_"):
-            meta["cache_format"] = self.cache_format_
+        meta.update(self._fit_record())
         if hasattr(self, "hashed_names_"):
             meta["names"] = self.hashed_names_
         model_io.save_arrays(path, arrays, meta)

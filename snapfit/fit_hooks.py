@@ -1,7 +1,7 @@
 """What every estimator's fit builds from its parameters beside the problem: the checkpoints it
 writes (``checkpoint_dir``, ``checkpoint_every``, ``resume``) and the early stopping it scores
-(``validation``, ``validation_metric``, ``early_stopping_rounds``), one code for the classifiers
-and ``Ridge``."""
+(``validation``, ``validation_metric``, ``early_stopping_rounds``), and what its model file
+records of how the fit went: one code for the classifiers and ``Ridge``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,20 @@ def has_checkpoint(directory) -> bool:
 class FitHooks:
     """A mixin of the estimators: ``_checkpoints`` and ``_early_stopping`` from their
     parameters (a classifier's validation labels are read as its ``classes_``)."""
+
+    def _fit_record(self) -> dict:
+        """What a model file records of how the fit went, beside its arrays and parameters:
+        the best validation epoch, whether it converged, stopped early or streamed, and the
+        format of the cache it re-read (each only when the fit set it)."""
+        meta: dict = {}
+        if hasattr(self, "best_iteration_"):
+            meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
+        for name in ("converged_", "stopped_early_", "streamed_"):
+            if hasattr(self, name):
+                meta[name.rstrip("_")] = bool(getattr(self, name))
+        if hasattr(self, "cache_format_"):
+            meta["cache_format"] = self.cache_format_
+        return meta
 
     def _checkpoints(self, resume: bool) -> Checkpoints | None:
         if self.checkpoint_dir is None:

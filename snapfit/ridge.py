@@ -229,13 +229,7 @@ class Ridge(FitHooks, RegressorMixin, BaseEstimator):
         meta = {"params": model_io.jsonable(self.get_params()), "n_iter": self.n_iter_,
                 "history": self.history_, "loss": "squared",
                 "feature_map": featuremap.of_model(self)}  # fmt: skip
-        if hasattr(self, "best_iteration_"):
-            meta.update(best_iteration=int(self.best_iteration_), best_score=self.best_score_)
-        for name in ("converged_", "stopped_early_", "streamed_"):
-            if hasattr(self, name):
-                meta[name.rstrip("_")] = bool(getattr(self, name))
-        if hasattr(self, "cache_format_"):
-            meta["cache_format"] = self.cache_format_
+        meta.update(self._fit_record())
         model_io.save_arrays(path, arrays, meta)
 
     def to_sklearn(self):
