@@ -99,6 +99,17 @@ def pytest_collection_finish(session):
         session.config.snapfit_sim = start_sim_suite()
 
 
+def pytest_terminal_summary(terminalreporter, config):
+    """The simulator suite's slowest tests, beside this process's (``--durations``): the two
+    run side by side, and the longer decides the suite's time."""
+    text = getattr(config, "snapfit_sim_report", "")
+    at = text.find("slowest")
+    if at >= 0:
+        section = text[text.rfind("\n", 0, at) + 1 :].split("\n=", 1)[0]
+        terminalreporter.write_sep("=", "the simulator suite's slowest tests")
+        terminalreporter.write_line(section.split("\n", 1)[-1].rstrip())
+
+
 @pytest.fixture(autouse=True)
 def _gpu_time_limit(request):
     """A test on a real GPU fails after ``GPU_TEST_SECONDS`` instead of hanging the run (host

@@ -23,4 +23,5 @@ def test_gpu_code_under_the_simulator(request):
             proc.kill()
     out.seek(0)
     text = out.read()
+    request.config.snapfit_sim_report = text  # its slowest tests join the run's summary
     assert code == 0, text[-9000:]
