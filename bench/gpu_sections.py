@@ -513,11 +513,10 @@ def _emulated_epochs(args, sq, d, tau, max_epochs, deadline, seed):
     return _trajectory(duals, gaps, time.perf_counter() - t0)
 
 
-def _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline, wide=False):
+def _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline):
     """``hybrid.run`` at ``lp``'s rows in flight: its passes on the GPU (``DevicePass``) or in
-    the emulator; the certified gap each epoch. ``wide``: the block of the ``HOT_CAP`` most held
-    columns, ``M`` from 20,000 rows (at 1M rows it took 18 epochs where the default block took
-    34, docs/gpu-performance-model.md)."""
+    the emulator; the certified gap each epoch. The default block: the columns held by more
+    than 0.1 % of the rows, at most ``HOT_CAP`` (docs/gpu-performance-model.md)."""
     from functools import partial
 
     from snapfit.gpu.hybrid import DevicePass
@@ -525,10 +524,8 @@ def _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline, wide=False):
 
     device = partial(DevicePass, launch=(lp.blocks, lp.block, lp.team)) if on_gpu else None
     t0 = time.perf_counter()
-    kw = {"p": 0.0, "m_rows": 20_000} if wide else {}  # p = 0: the cap decides
     run = hybrid.run(args, sq, d, C, C, BIAS, lp.rows_in_flight, tol=TOL,
-                     max_epochs=max_epochs, seed=1, device=device, deadline=deadline,
-                     **kw)  # fmt: skip
+                     max_epochs=max_epochs, seed=1, device=device, deadline=deadline)  # fmt: skip
     gaps = [g / abs(p) for g, p in zip(run.gaps, run.primals, strict=True)]
     r = _trajectory(run.duals, gaps, time.perf_counter() - t0)
     r.update({"n_hot": run.n_hot, "segments": run.segments})
@@ -567,7 +564,6 @@ def section_convergence(out: Out, rows: int) -> None:
     # Hot columns as a primal block (issue: rows in flight that share only sparse columns):
     # the hybrid on the GPU against its emulator at the larger launch's tau.
     jobs += [("4x rows in flight", big, who) for who in ("gpu hybrid", "emulator hybrid")]
-    jobs += [("4x rows in flight", big, "gpu hybrid, wide block")]
     for i, (name, lp, who) in enumerate(jobs):
         deadline = time.perf_counter() + out.left() / (len(jobs) - i)
         if who == "gpu":
@@ -576,7 +572,7 @@ def section_convergence(out: Out, rows: int) -> None:
             r = _emulated_epochs(args, sq, d, lp.rows_in_flight, max_epochs, deadline, seed=i)
         else:
             on_gpu = who.startswith("gpu")
-            r = _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline, "wide" in who)
+            r = _hybrid_epochs(args, sq, d, lp, on_gpu, max_epochs, deadline)
         r.update({"launch": name, "who": who, "tau": lp.rows_in_flight, **launch_dict(lp)})
         if not r["reached"] and r["epochs"] < max_epochs and r["finite"]:
             out.degrade(f"time: {who} at {name} stopped after {r['epochs']} epochs")

@@ -38,10 +38,12 @@ from snapfit.solvers import cpu, emulate
 HOT_CAP = 2048  # |H| at most (intercept included): M is |H|^2 and factored once per epoch
 # Columns held by more than this share of the rows are always hot, whatever ``tau``: the hot
 # step is a Newton step on the most coupled coordinates, and one row in flight gains from it
-# too. Measured on 200k Criteo-like rows (2^18, C = 0.1, tau = 1; sequential dual CD 21 / 36
-# epochs to a gap of 1e-4 / 1e-6): 0.01 (277 columns) 23 / 42, 0.003 (743) 12 / 22; on 20k
-# rows 0.1 (32 columns) took 28 / 59 where 0.01 took 8 / 15.
-P_DENSE = 0.003
+# too, the more the wider the block. The block is as wide as ``HOT_CAP`` allows on Criteo-like
+# rows: on 1M rows (2^20, C = 0.1, no intercept) the 731 columns held by more than 0.3 % of
+# the rows took 34 epochs to a gap of 1e-4 where sequential dual CD took 22, and the ~2,000
+# held by more than 0.1 % took 18; on 200k rows with the intercept (2^18, the capped 2,048
+# columns) 6-7 epochs at tau 1-4,096 against 21 (docs/gpu-performance-model.md).
+P_DENSE = 0.001
 HOT_STEPS = 128  # hot steps per epoch (fewer when a segment would be shorter than a wave)
 
 
@@ -267,24 +269,68 @@ class HostPass:
 
 
 class HotStep:
-    """The ``alag`` step's state: ``M``'s eigenpairs (once per epoch) and the ``w_H`` that each
-    segment of the last epoch read (for ``wbar``)."""
+    """The ``alag`` step's state: ``M`` (once per epoch) and the ``w_H`` that each segment of
+    the last epoch read (for ``wbar``). ``M`` is kept as eigenpairs where the steps take
+    several ``f`` (epoch 0: ``f`` is the share of rows visited), as the Cholesky factor of
+    ``I + M`` where every step has ``f = 1`` (every later epoch): a factorization some ten
+    times cheaper than ``eigh`` at ``|H| = 2,048`` and half the flops per step."""
 
     def __init__(self, hcsr, nh, nseg):
         self.hcsr, self.nh = hcsr, nh
         self.ring = np.zeros((nseg, nh))
         self.lam = self.q = None
+        self.m = self.chol = None
 
-    def refresh(self, coef):
-        """``M = sum_i coef_i x_iH x_iH^T``, as eigenpairs: ``(I + f M)^-1`` for any ``f``."""
-        self.lam, self.q = np.linalg.eigh(hot_gram(*self.hcsr, coef, self.nh))
-        self.lam = np.maximum(self.lam, 0.0)
+    def refresh(self, coef, any_f=True):
+        """``M = sum_i coef_i x_iH x_iH^T``: as eigenpairs, ``(I + f M)^-1`` for any ``f``;
+        with ``any_f=False``, ``(I + M)^-1`` only, through the Cholesky factor of ``I + M``."""
+        m = hot_gram(*self.hcsr, coef, self.nh)
+        if any_f:
+            self.lam, self.q = np.linalg.eigh(m)
+            self.lam = np.maximum(self.lam, 0.0)
+            self.m = self.chol = None
+        else:
+            self.m = m
+            m_plus = m.copy()
+            m_plus[np.diag_indices(self.nh)] += 1.0
+            self.chol = np.linalg.cholesky(m_plus)
+            self.lam = self.q = None
 
     def __call__(self, w_h, v_h, s, f, first_epoch):
         """The new ``w_H`` after segment ``s`` read ``w_H``; ``v_H = v_H(alpha)``."""
         self.ring[s] = w_h
         wbar = self.ring[: s + 1].mean(axis=0) if first_epoch else self.ring.mean(axis=0)
-        return alag(self.q, self.lam, np.ascontiguousarray(w_h), v_h, wbar, f)
+        w_h = np.ascontiguousarray(w_h)
+        if self.chol is not None:
+            if f != 1.0:
+                raise ValueError("M was factored for f = 1 only (refresh with any_f=True)")
+            return alag_unit(self.m, self.chol, w_h, v_h, wbar)
+        return alag(self.q, self.lam, w_h, v_h, wbar, f)
+
+
+@njit(nogil=True, cache=True)
+def alag_unit(m, chol, w_h, v_h, wbar):
+    """``alag`` at ``f = 1``: ``w_H - (I + M)^-1 [w_H - v_H + M (w_H - wbar)]`` with
+    ``I + M = L L^T`` (``chol``), a product with ``M`` and two triangular solves."""
+    nh = len(w_h)
+    g = w_h - v_h
+    u = w_h - wbar
+    for j in range(nh):  # g += M u; M's rows are contiguous
+        acc = 0.0
+        for k in range(nh):
+            acc += m[j, k] * u[k]
+        g[j] += acc
+    for j in range(nh):  # L z = g
+        acc = g[j]
+        for k in range(j):
+            acc -= chol[j, k] * g[k]
+        g[j] = acc / chol[j, j]
+    for j in range(nh - 1, -1, -1):  # L^T x = z, walking L by rows (its columns are L^T's rows)
+        g[j] /= chol[j, j]
+        x = g[j]
+        for k in range(j):
+            g[k] -= chol[j, k] * x
+    return w_h - g
 
 
 @njit(nogil=True, cache=True)
@@ -392,7 +438,7 @@ def run(
         a, cs = unpacked(alpha, y, weight, has_weight, c_pos, c_neg)
         if nh:
             coef = 0.25 * cs if epoch == 0 else a * (cs - a) / np.where(cs > 0, cs, 1.0)
-            step.refresh(m_scale * coef[m_of])
+            step.refresh(m_scale * coef[m_of], any_f=epoch == 0)
         for s in range(nseg):
             lo, hi = s * seg, min(n, (s + 1) * seg)
             wave_seed = epoch if nseg == 1 else epoch * nseg + s

@@ -145,3 +145,23 @@ def test_certify_only_options_leave_the_iterate(small):
     assert on.gaps[-1] < 0.5 * off.gaps[-1]
     keep = hybrid.run(args, sq, d, 0.1, 0.1, 1.0, 64, dual="keep", line="keep", **kw)
     assert np.all(np.asarray(keep.gaps) >= 0) and not np.array_equal(keep.w, off.w)
+
+
+def test_the_unit_step_through_cholesky_is_the_eigen_step():
+    """After epoch 0 every hot step has ``f = 1``: ``M`` factored as ``I + M = L L^T`` gives
+    the eigenpairs' step, to rounding."""
+    rng = np.random.default_rng(5)
+    nh, n = 40, 300
+    h_indptr = np.arange(0, 6 * n + 1, 6, dtype=np.int64)
+    h_pos = np.concatenate([rng.choice(nh, 6, replace=False) for _ in range(n)]).astype(np.int64)
+    hcsr = (h_indptr, h_pos, rng.normal(size=6 * n))
+    coef = rng.uniform(0.0, 0.25, n)
+    eig, chol = hybrid.HotStep(hcsr, nh, 3), hybrid.HotStep(hcsr, nh, 3)
+    eig.refresh(coef)
+    chol.refresh(coef, any_f=False)
+    for s in range(3):
+        w_h, v_h = rng.normal(size=nh), rng.normal(size=nh)
+        np.testing.assert_allclose(chol(w_h, v_h, s, 1.0, False), eig(w_h, v_h, s, 1.0, False),
+                                   rtol=1e-10, atol=1e-12)  # fmt: skip
+    with pytest.raises(ValueError, match="f = 1 only"):
+        chol(w_h, v_h, 0, 0.5, True)
