@@ -73,9 +73,9 @@ class ArrayInput:
         self.sizes = {k: int(n) for k, n in enumerate(X.chunks[0]) if n}
 
     def place(self, workers: dict[str, int]) -> dict[str, list[int]]:
-        """Each block on the worker holding it, up to that worker's fair share of the rows and
-        entries; the rest (blocks held by no live worker, or beyond a share: Dask may have
-        computed every block on one worker) are balanced, so every worker trains."""
+        """Each block on the worker holding it, up to that worker's fair share of the rows; the
+        rest (blocks held by no live worker, or beyond a share: Dask may have computed every
+        block on one worker) are balanced, so every worker trains."""
         from distributed import wait
 
         wait([self.futures[k] for k in self.sizes], timeout=self.timeout)

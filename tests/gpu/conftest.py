@@ -2,12 +2,13 @@
 imported, so it runs in its own process unless this process already has
 ``NUMBA_ENABLE_CUDASIM=1`` (as in the coverage command).
 
-That process is the longest part of the suite (~8 min, nearly all of it one core running
-simulated CUDA threads under the GIL), so it starts as soon as collection shows that
-``test_simulator.py`` will run, and runs beside the rest of the suite on the other core;
-``test_gpu_code_under_the_simulator``, moved to the end, waits for it and checks its result. With
-``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI does), it runs under
-``coverage run -p``, so the simulator suite runs once and also measures the GPU modules."""
+That process is the longest part of the suite (19 min in CI on 2 cores at bb03bc1, nearly all
+of it one core running simulated CUDA threads under the GIL), so it starts as soon as
+collection shows that ``test_simulator.py`` will run, and runs beside the rest of the suite on
+the other core; ``test_gpu_code_under_the_simulator``, moved to the end, waits for it and
+checks its result. With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI
+does), it runs under ``coverage run -p``, so the simulator suite runs once and also measures the
+GPU modules."""
 
 import os
 import subprocess
@@ -55,7 +56,7 @@ else:
 
 def sim_suite_wanted() -> bool:
     """Run ``sim/`` under the simulator in a subprocess: always without a GPU (CI), on a GPU
-    machine only with ``SNAPFIT_SIM_SUITE=1`` (it takes ~8 minutes of one core)."""
+    machine only with ``SNAPFIT_SIM_SUITE=1`` (it takes some 19 minutes of one core)."""
     return not REAL_GPU or os.environ.get("SNAPFIT_SIM_SUITE", "0") not in ("", "0")
 
 
