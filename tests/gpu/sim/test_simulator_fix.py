@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from numba import float64
+from numba import cuda, float64
 from numba.cuda.simulator import kernelapi
 
 import snapfit.solvers.gpu  # noqa: F401 - importing the kernels installs the fix
@@ -72,3 +72,57 @@ def test_importing_the_kernels_shortens_the_switch_interval():
     from snapfit.solvers.cudasim import SWITCH_INTERVAL
 
     assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
+
+
+def _launch(kernel, out, blocks=2, threads=8):
+    cuda.jit(kernel)[blocks, threads](out)
+    return out
+
+
+def _neighbours(out):
+    """Each thread writes its shared slot, waits, then reads its neighbour's (twice over)."""
+    s = cuda.shared.array(8, float64)
+    t = cuda.threadIdx.x
+    s[t] = t + 10 * cuda.blockIdx.x
+    cuda.syncthreads()
+    v = s[(t + 1) % 8]
+    cuda.syncthreads()
+    s[t] = v
+    cuda.syncthreads()
+    out[cuda.blockIdx.x * 8 + t] = s[(t + 1) % 8] + cuda.syncthreads_count(t < 3)
+
+
+def _early_return(out):
+    """Odd threads return at once; the barrier still opens for the even ones (numba's rule:
+    a barrier waits for the threads of the block that have not returned)."""
+    t = cuda.threadIdx.x
+    if t % 2:
+        return
+    cuda.syncthreads()
+    cuda.syncthreads()
+    out[cuda.blockIdx.x * 8 + t] = 1.0
+
+
+def _one_thread_fails(out):
+    if cuda.threadIdx.x == 5:
+        raise ValueError("thread five fails")
+    cuda.syncthreads()  # the others wait here, and are aborted
+    out[cuda.threadIdx.x] = 1.0
+
+
+def test_condition_barriers_keep_the_simulators_semantics():
+    from numba.cuda.simulator import kernel
+
+    from snapfit.solvers.cudasim import condition_barriers
+
+    run = kernel.BlockManager.run
+    assert run.snapfit_barriers  # installed with the kernels
+    condition_barriers()
+    assert kernel.BlockManager.run is run
+    got = _launch(_neighbours, np.zeros(16))
+    t = np.arange(8)
+    want = np.concatenate([(t + 2) % 8 + 10 * b + 3 for b in range(2)])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_launch(_early_return, np.zeros(16)), np.tile([1.0, 0.0], 8))
+    with pytest.raises(ValueError, match="thread five fails"):
+        _launch(_one_thread_fails, np.zeros(8), blocks=1)
