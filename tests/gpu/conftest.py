@@ -1,16 +1,18 @@
 """GPU tests. ``sim/`` needs Numba's CUDA simulator, which is chosen when ``numba.cuda`` is first
 imported, so it runs in its own process unless this process already has
-``NUMBA_ENABLE_CUDASIM=1`` (as in the coverage command).
+``NUMBA_ENABLE_CUDASIM=1``.
 
-That process is the longest part of the suite (19 min in CI on 2 cores at bb03bc1, nearly all
-of it one core running simulated CUDA threads under the GIL), so it starts as soon as
-collection shows that ``test_simulator.py`` will run, and runs beside the rest of the suite on
-the other core; ``test_gpu_code_under_the_simulator``, moved to the end, waits for it and
-checks its result. With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI
-does), it runs under ``coverage run -p``, so the simulator suite runs once and also measures the
-GPU modules."""
+That process is the GPU lane (``tests/gpu/lane.py``): the simulator suite, then the GPU tests
+outside ``sim/`` that are slow and need no simulator (``LANE_FILES``: the PTX builds, the no-GPU
+doors, the GPU check's smoke run), handed over by this process. It starts as soon as collection
+shows that ``test_simulator.py`` will run, and runs beside the rest of the suite on the other
+core; ``test_the_gpu_lane``, moved to the end, waits for it and checks its result. The two
+take about equal time (some 6 and 3 min of one core against the main process's 9 on 2 cores).
+With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI does), the lane runs
+under ``coverage run -p``, so its tests run once and also measure the GPU modules."""
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,32 +57,41 @@ else:
 
 
 def sim_suite_wanted() -> bool:
-    """Run ``sim/`` under the simulator in a subprocess: always without a GPU (CI), on a GPU
-    machine only with ``SNAPFIT_SIM_SUITE=1`` (it takes some 19 minutes of one core)."""
+    """Run the GPU lane (``sim/`` under the simulator) in a subprocess: always without a GPU
+    (CI), on a GPU machine only with ``SNAPFIT_SIM_SUITE=1`` (some 6 minutes of one core)."""
     return not REAL_GPU or os.environ.get("SNAPFIT_SIM_SUITE", "0") not in ("", "0")
 
 
-SIM_TEST = "test_simulator.py::test_gpu_code_under_the_simulator"
+SIM_TEST = "test_simulator.py::test_the_gpu_lane"
 ROOT = Path(__file__).parents[2]
+#: Files whose selected tests the GPU lane runs (without the simulator) when it runs at all.
+LANE_FILES = ("tests/gpu/test_ptx.py", "tests/gpu/test_device.py", "tests/test_gpu_check.py")
 
 
-def start_sim_suite():
-    """Start ``pytest tests/gpu/sim`` under the simulator; returns ``(process, output file)``."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    run = [sys.executable, "-m"]
-    include = os.environ.get("SNAPFIT_GPU_COVERAGE")
-    if include:
-        run += ["coverage", "run", "-p", f"--include={include}", "-m"]
+def start_sim_suite(node_ids=()):
+    """Start the GPU lane (``tests.gpu.lane``) with ``node_ids`` for its second run; returns
+    ``(process, output file)``. The lane is a process group, so a kill stops its runs too."""
     out = tempfile.TemporaryFile(mode="w+")
-    sim_dir = str(Path(__file__).parent / "sim")
-    proc = subprocess.Popen([*run, "pytest", "-q", "-p", "no:cacheprovider", sim_dir], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, text=True, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "tests.gpu.lane", *node_ids], stdout=out,
+                            stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            start_new_session=True)  # fmt: skip
     return proc, out
+
+
+def stop(proc) -> None:
+    """Kill the lane and the runs it started, if still running."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _lane_wanted(items) -> bool:
+    return not SIMULATED and sim_suite_wanted() and any(i.nodeid.endswith(SIM_TEST) for i in items)
 
 
 @pytest.hookimpl(tryfirst=True)  # marks added before `-m` deselects
 def pytest_collection_modifyitems(config, items):
-    """Wait for the simulator suite last: everything else runs meanwhile. On a real GPU, the
+    """Wait for the GPU lane last: everything else runs meanwhile. On a real GPU, the
     tests of ``sim/`` collected here are marked ``gpu`` and those marked ``sim_only`` skip."""
     waits = [item for item in items if item.nodeid.endswith(SIM_TEST)]
     items[:] = [item for item in items if item not in waits] + waits
@@ -92,23 +103,36 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.skip(reason="asserts what only the simulator has"))
 
 
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_hand_over_to_the_lane(config, items):
+    """After ``-k``, ``-m`` and ``--deselect`` have chosen the items: when the GPU lane will
+    run (its test is still chosen), the chosen tests of ``LANE_FILES`` go to it and are
+    reported here as deselected; otherwise they run here."""
+    if not _lane_wanted(items):
+        return
+    handed = [i for i in items if i.nodeid.split("::")[0] in LANE_FILES]
+    items[:] = [i for i in items if i not in handed]
+    config.snapfit_handed = [i.nodeid for i in handed]
+    if handed:
+        config.hook.pytest_deselected(items=handed)
+
+
 def pytest_collection_finish(session):
-    """Start the simulator suite once the items are final (``-k``, ``-m`` or ``--deselect``
-    may have dropped its test: then it does not run at all)."""
-    wanted = not SIMULATED and sim_suite_wanted()
-    if wanted and any(item.nodeid.endswith(SIM_TEST) for item in session.items):
-        session.config.snapfit_sim = start_sim_suite()
+    """Start the GPU lane once the items are final (and only if its test is among them)."""
+    if _lane_wanted(session.items) and not session.config.option.collectonly:
+        handed = getattr(session.config, "snapfit_handed", [])
+        session.config.snapfit_sim = start_sim_suite(handed)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """The simulator suite's slowest tests, beside this process's (``--durations``): the two
-    run side by side, and the longer decides the suite's time."""
+    """The GPU lane's slowest tests (each of its runs), beside this process's
+    (``--durations``): the two run side by side, and the longer decides the suite's time."""
     text = getattr(config, "snapfit_sim_report", "")
-    at = text.find("slowest")
-    if at >= 0:
-        section = text[text.rfind("\n", 0, at) + 1 :].split("\n=", 1)[0]
-        terminalreporter.write_sep("=", "the simulator suite's slowest tests")
-        terminalreporter.write_line(section.split("\n", 1)[-1].rstrip())
+    runs = ("simulator", "no simulator")
+    for run, part in zip(runs, text.split(" slowest ")[1:], strict=False):
+        section = part.split("\n", 1)[-1].split("\n=", 1)[0].rstrip()
+        terminalreporter.write_sep("=", f"the GPU lane's slowest tests ({run})")
+        terminalreporter.write_line(section)
 
 
 @pytest.fixture(autouse=True)
@@ -125,6 +149,5 @@ def _gpu_time_limit(request):
 def pytest_sessionfinish(session):
     """A run stopped early (``-x``, Ctrl-C) does not leave the simulator suite running."""
     started = getattr(session.config, "snapfit_sim", None)
-    if started is not None and started[0].poll() is None:
-        started[0].kill()
-        started[0].wait()
+    if started is not None:
+        stop(started[0])
