@@ -158,6 +158,5 @@ def condition_barriers() -> None:
             raise first[0].with_traceback(first[1])
 
     run.snapfit_barriers = True
-    run.polling, syncthreads.polling = manager.run, thread_type.syncthreads  # numba's own
     manager.run = run
     thread_type.syncthreads = syncthreads

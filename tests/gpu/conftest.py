@@ -6,8 +6,9 @@ That process is the GPU lane (``tests/gpu/lane.py``): the simulator suite, then 
 outside ``sim/`` that are slow and need no simulator (``LANE_FILES``: the PTX builds, the no-GPU
 doors, the GPU check's smoke run), handed over by this process. It starts as soon as collection
 shows that ``test_simulator.py`` will run, and runs beside the rest of the suite on the other
-core; ``test_the_gpu_lane``, moved to the end, waits for it and checks its result. The two
-take about equal time (some 6 and 3 min of one core against the main process's 9 on 2 cores).
+core; ``test_the_gpu_lane``, moved to the end, waits for it and checks its result. In CI at
+cf96bad, on 2 cores under a load of 9-13, the lane took 11.3 + 4.5 min and the main process
+20.9 min (not yet timed on an idle machine).
 With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI does), the lane runs
 under ``coverage run -p``, so its tests run once and also measure the GPU modules."""
 
@@ -58,7 +59,7 @@ else:
 
 def sim_suite_wanted() -> bool:
     """Run the GPU lane (``sim/`` under the simulator) in a subprocess: always without a GPU
-    (CI), on a GPU machine only with ``SNAPFIT_SIM_SUITE=1`` (some 6 minutes of one core)."""
+    (CI), on a GPU machine only with ``SNAPFIT_SIM_SUITE=1`` (some 6-11 minutes of one core)."""
     return not REAL_GPU or os.environ.get("SNAPFIT_SIM_SUITE", "0") not in ("", "0")
 
 
