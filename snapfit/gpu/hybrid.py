@@ -21,6 +21,7 @@ from numba import cuda
 
 from snapfit.solvers import gpu as kernels
 from snapfit.solvers.cudasim import serial
+from snapfit.solvers.dual import LOGISTIC
 
 THREADS = 128  # per block of the small gather / scatter of w_H
 
@@ -65,7 +66,7 @@ class DevicePass:
         with serial:
             kernels.cd_pass_hot[blocks, self.block](
                 *self.args, *self.coef, self.curv, self.hot_pos, self.alpha, self.w, self.acc,
-                self.rows[lo:hi], self.team, self.sums,
+                self.rows[lo:hi], 1.0, self.team, self.sums, LOGISTIC,
             )  # fmt: skip
         gap, ent = self.sums.copy_to_host()
         return float(gap), float(ent)

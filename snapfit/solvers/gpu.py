@@ -335,17 +335,18 @@ def scatter_split(w, acc, hot_pos, step, lo, hi, lane, team, indices, values, ha
 @cuda.jit
 def cd_pass_hot(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, curv, hot_pos, alpha, w, acc, rows, team, out,
+    c_pos, c_neg, bias, curv, hot_pos, alpha, w, acc, rows, sigma, team, out, loss,
 ):  # fmt: skip
     """One pass of the hybrid over ``rows``: hot columns as a primal block
-    (``snapfit.solvers.hybrid``, whose ``wave_pass`` this is on the device).
+    (``snapfit.solvers.hybrid``, whose ``wave_pass`` this is on the device at ``sigma = 1``).
 
     As ``cd_pass``, except that each row's curvature is given (``curv``: ESO over its cold
-    columns, the caller's ``sigma`` included) and that rows read all of ``w`` (the hot entries
-    are the segment's ``w_H``, read-only here) but write only its cold columns: the hot part
-    of each move, the intercept's too when it is hot (``hot_pos[d] >= 0``), is added into
-    ``acc`` (``v_H``'s increment). Rows in flight then share only cold columns. The caller
-    runs one launch per segment and the hot step between launches.
+    columns, the caller's ``sigma`` included; ``cold_curvature``) and that rows read all of
+    ``w`` (the hot entries are the segment's ``w_H``, read-only here) but write only its cold
+    columns: the hot part of each move (``sigma`` times the row's), the intercept's too when
+    it is hot (``hot_pos[d] >= 0``), is added into ``acc`` (``sigma`` times ``v_H``'s
+    increment). Rows in flight then share only cold columns. The caller runs the hot step
+    between launches (after each segment, or after each round of a trainer's pass).
     """
     sh = cuda.shared.array(MAX_BLOCK, float64)
     steps = cuda.shared.array(MAX_BLOCK, float64)
@@ -366,7 +367,7 @@ def cd_pass_hot(
         q = 0.0
         if valid:
             q = curv[i]
-        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, 1.0, dual.LOGISTIC)
+        step, g, e = row_move(steps, slot, lane, c, i, q, dot, y, alpha, sigma, loss)
         gap += g
         ent += e
         if step != 0.0:
@@ -378,6 +379,57 @@ def cd_pass_hot(
             scatter_split(w, acc, hot_pos, step, lo, hi, lane, team, indices, values, has_values)
         cuda.syncthreads()
     pass_sums(out, lane, gap, ent)
+
+
+@cuda.jit
+def cold_curvature(indptr, indices, values, has_values, bias, sqnorm, hot_pos, counts, rows,
+                   sigma, team, out):  # fmt: skip
+    """``out[i]``: row ``i``'s curvature for ``cd_pass_hot`` launched on this grid over
+    ``rows``, ``cd_pass``'s safe step over the row's cold columns only (hot columns and a hot
+    intercept, ``hot_pos >= 0``, leave it):
+    ``sigma (s_i + b + (tau - 1) (u_i / (n - 1) + b))`` with ``s_i`` the row's norm
+    (``sqnorm``, duplicates summed) less its hot part's (duplicates summed too, as
+    ``row_sqnorms`` sums them: the lane holding a hot column's first occurrence adds all),
+    ``u_i = sum_j (counts_j - 1) x_ij^2`` over the cold entries and ``b = bias^2`` when the
+    intercept is cold; ``counts`` (``column_counts``) is not read with one row in flight."""
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    sh2 = cuda.shared.array(MAX_BLOCK, float64)
+    d = hot_pos.shape[0] - 1
+    b2 = bias * bias if hot_pos[d] < 0 else 0.0
+    n = rows.shape[0]
+    lane, slot, first, stride, n_iter = geometry(n, team)
+    tau = min(stride, n)
+    theta = float(tau - 1)
+    scale = 1.0 / max(1, n - 1)
+    for it in range(n_iter):
+        p = first + it * stride
+        s = 0.0
+        u = 0.0
+        if p < n:
+            i = rows[p]
+            lo = indptr[i]
+            hi = indptr[i + 1]
+            for k in range(lo + lane, hi, team):
+                j = indices[k]
+                x = float(values[k]) if has_values else 1.0
+                if hot_pos[j] >= 0:
+                    lead = True  # this entry is the column's first in the row
+                    for kk in range(lo, k):
+                        if indices[kk] == j:
+                            lead = False
+                            break
+                    if lead:
+                        for kk in range(k + 1, hi):
+                            if indices[kk] == j:
+                                x += float(values[kk]) if has_values else 1.0
+                        s += x * x
+                elif tau > 1:
+                    u += float(counts[j] - 1) * x * x
+        s, u = team_sum2(sh, sh2, team, s, u)
+        if p < n and lane == 0:
+            i = rows[p]
+            cold = max(float(sqnorm[i]) - s, 0.0)
+            out[i] = sigma * (cold + b2 + theta * (u * scale + b2))
 
 
 @cuda.jit
@@ -557,6 +609,7 @@ KERNELS = {
     "cd_pass": cd_pass,
     "cd_pass_hot": cd_pass_hot,
     "column_counts": column_counts,
+    "cold_curvature": cold_curvature,
     "chunk_objective": chunk_objective,
     "warm_start": warm_start,
     "decision_function": decision_function,
@@ -588,7 +641,11 @@ def ptx_signatures():
             + (t.int64,)
         )
         sigs.setdefault("cd_pass_hot", []).append(
-            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, f64, i32, t.int64, f64)
+            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, f64, i32, t.float64, t.int64, f64)
+            + (t.int64,)
+        )  # fmt: skip
+        sigs.setdefault("cold_curvature", []).append(
+            (i64, i32, vals, t.boolean, t.float64, f32, i64, i32, i32, t.float64, t.int64, f64)
         )
         sigs.setdefault("chunk_objective", []).append(
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64, t.int64)
