@@ -140,6 +140,13 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         exactly and certify the same gap.
     device_ids : list of int or None
         GPUs to train on with ``device="gpu"``, one unit each (Snap ML's name); None: ``[0]``.
+    hot_columns : bool, default=False
+        Solve the dense columns (the intercept and every column held by more than 0.1 % of
+        the rows, at most 2,048, found on a sample of 65,536 rows) as a primal block: rows
+        step on their sparse columns only, so rows updated at once (a GPU's rows in flight,
+        several units) no longer interfere through the dense ones, and after each epoch the
+        block takes one Newton step (``docs/gpu-performance-model.md``). Each unit is then a
+        CoCoA+ unit (``deterministic`` is moot). Binary problems only; not with Dask.
     memory_budget : int, str or None
         Bytes of host memory for fits from Parquet (e.g. ``"2GB"``, ``"512MB"``). Data that
         does not fit is streamed from a raw cache in ``$SNAPFIT_TMPDIR`` (see
@@ -228,6 +235,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         "n_jobs": [Integral, None],
         "deterministic": ["boolean"],
         "device_ids": ["array-like", None],
+        "hot_columns": ["boolean"],
         "memory_budget": [Interval(Integral, 1, None, closed="left"), str, None],
         "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
@@ -253,6 +261,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         n_jobs=None,
         deterministic=True,
         device_ids=None,
+        hot_columns=False,
         memory_budget=None,
         chunk_rows=None,
         random_state=None,
@@ -274,6 +283,7 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.deterministic = deterministic
         self.device_ids = device_ids
+        self.hot_columns = hot_columns
         self.memory_budget = memory_budget
         self.chunk_rows = chunk_rows
         self.random_state = random_state
@@ -447,7 +457,8 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         return Problem(n_features=n_features, c_pos=float(c_pos), c_neg=float(c_neg), bias=bias,
                        tol=float(self.tol), max_iter=int(self.max_iter), seed=seed,
                        loss=LOSSES[self._loss_name()],
-                       class_bounds=getattr(self, "_ovr", ()))  # fmt: skip
+                       class_bounds=getattr(self, "_ovr", ()),
+                       hot_columns=bool(getattr(self, "hot_columns", False)))  # fmt: skip
 
     def _warm_w(self, n_features: int, bias: float) -> np.ndarray | None:
         """The previous fit's ``w`` (intercept weight last) when warm starting on as many
@@ -467,8 +478,10 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         if w is None:
             return None
         prev = getattr(self, "_dual", None)
-        if len(self.classes_) > 2:
-            prev = None  # one-vs-rest restarts from w: its bounds are per class
+        if len(self.classes_) > 2 or getattr(self, "hot_columns", False):
+            # one-vs-rest restarts from w: its bounds are per class; under the hot block the
+            # dual variables answered w_H, not the v_H they sum to (``snapfit.engine.hot``)
+            prev = None
         if prev is not None and prev[0] is not None and rows_id is not None and prev[3] == rows_id:
             alpha, old_pos, old_neg, _ = prev
             y_pos = np.concatenate([c.y for c in source.chunks]) > 0

@@ -205,8 +205,9 @@ def make_trainer(source: ChunkSource, problem: Problem, devices: Devices) -> Tra
                 "or copy it to the host (e.g. X.get())."
             )
         devices = replace(devices, n_cpu=0)
-    if problem.n_classes > 1:
-        # the K problems' blocks of w have no hot slots: the threads are CoCoA+ units
+    if problem.n_classes > 1 or problem.hot_columns:
+        # the K problems' blocks of w have no hot slots, and the hot block is a round's step
+        # over CoCoA+ units' moves: the threads are CoCoA+ units
         devices = replace(devices, share_cpu=False)
     state = source.make_state(width=problem.n_classes)
     try:

@@ -228,6 +228,13 @@ def _fit_on_dask(est, data, scheduler, workers, on_epoch, validation=None):
     "thread's epochs, ~2x the CPU per epoch, not reproducible run to run).",
 )
 @click.option(
+    "--hot-columns",
+    is_flag=True,
+    help="Solve the dense columns (intercept, integer fields, frequent values) as a primal "
+    "block with a Newton step each epoch, so rows updated at once (GPU rows in flight, several "
+    "units) couple only through sparse columns. Logistic loss, two classes, one machine.",
+)
+@click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),
     default=None,
@@ -253,8 +260,8 @@ def train(
     ctx, data, test, validation, early_stopping_rounds, early_stopping_gap, validation_metric,
     out, C, alpha, device, gpus, n_jobs, memory_budget, chunk_rows, max_iter, tol,
     class_weight,
-    seed, deterministic, checkpoint_dir, resume, scheduler, workers, json_path, quiet, loss,
-    force,
+    seed, deterministic, hot_columns, checkpoint_dir, resume, scheduler, workers, json_path,
+    quiet, loss, force,
 ):  # fmt: skip
     """Train a model of --loss (logistic regression, a linear SVM, ridge regression) on DATA
     (Parquet file, directory or glob) and write it to MODEL."""
@@ -285,6 +292,11 @@ def train(
         device = "gpu"
     if early_stopping_rounds and not validation:
         raise click.UsageError("--early-stopping-rounds needs --validation FILE.")
+    if hot_columns and (loss != "logistic" or scheduler or workers):
+        raise click.UsageError(
+            "--hot-columns fits logistic regression on one machine; drop it for --loss "
+            f"{loss}" + (" or a Dask run." if scheduler or workers else ".")
+        )
     if (scheduler or workers) and (checkpoint_dir or test):
         raise click.UsageError(
             "--checkpoint-dir and --test are for single-machine runs; a Dask fit checkpoints its "
@@ -308,6 +320,8 @@ def train(
     )  # fmt: skip
     if checkpoint_dir:
         est.set_params(checkpoint_dir=checkpoint_dir)
+    if hot_columns:
+        est.set_params(hot_columns=True)
     # fail on a bad file before any work, with its name; targets as the loss reads them
     targets = "real" if loss == "squared" else "class"
     train_data = Dataset(data, targets=targets)

@@ -122,6 +122,12 @@ class _DaskClassifier(_DaskDoor):
                 "checkpoint_dir is not used by Dask fits: the driver keeps the checkpoint (alpha "
                 "of every row, every checkpoint_every rounds) in memory; set checkpoint_dir=None."
             )
+        if getattr(self, "hot_columns", False):
+            raise ValueError(
+                "hot_columns=True fits on one machine: a Dask round has no hot step (the driver "
+                "would take it over every part's moves); set hot_columns=False, or fit with "
+                "snapfit.LogisticRegression."
+            )
         client = self._client()
         dataset = as_dataset(X) if not _is_dask_collection(X) else None
         counts = None  # the rows of each class, for more than two (one-vs-rest)
@@ -317,6 +323,7 @@ class DaskLogisticRegression(_DaskClassifier, LogisticRegression):
         n_jobs=None,
         deterministic=True,
         device_ids=None,
+        hot_columns=False,
         memory_budget=None,
         chunk_rows=None,
         random_state=None,
@@ -330,6 +337,7 @@ class DaskLogisticRegression(_DaskClassifier, LogisticRegression):
     ):
         # stored verbatim, as scikit-learn's clone and get_params expect
         self.client = client
+        self.hot_columns = hot_columns
         self.C = C
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling

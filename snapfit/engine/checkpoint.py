@@ -54,6 +54,7 @@ def problem_params(problem: Problem) -> dict:
             if problem.class_bounds
             else {}
         ),
+        **({"hot_columns": True} if problem.hot_columns else {}),
     }
 
 

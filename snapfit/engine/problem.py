@@ -38,6 +38,9 @@ class Problem:
     # units (the trainer's ``Devices``); a Dask driver sets the total over all workers.
     sigma: float | None = None
     class_bounds: tuple[tuple[float, float], ...] = ()
+    # Hot columns as a primal block (``snapfit.engine.hot``): rows in flight couple only
+    # through sparse columns; the dense ones take a Newton step after each round.
+    hot_columns: bool = False
 
     @property
     def n_classes(self) -> int:
@@ -78,11 +81,12 @@ class EpochRecord:
 
     @classmethod
     def from_pass(
-        cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait, idle
+        cls, *, epoch, w, entropy, gap, seconds, n_rows, nnz, io_wait, idle, wsq=None
     ) -> EpochRecord:
         """The record of an epoch's pass: the exact dual from ``w`` and the entropy sum, the
-        estimated gap, and the rates (every trainer reports epochs the same way)."""
-        dual = -0.5 * cpu.squared_norm(w) - entropy
+        estimated gap, and the rates (every trainer reports epochs the same way). ``wsq``:
+        ``||v(alpha)||^2`` where ``w`` is not ``v(alpha)`` (the hot block)."""
+        dual = -0.5 * (cpu.squared_norm(w) if wsq is None else wsq) - entropy
         primal = dual + gap
         rate = (lambda count: count / seconds) if seconds > 0 else (lambda count: float("inf"))
         return cls(

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from snapfit.engine.workers import Item, item_span
-from snapfit.solvers import cpu, ovr
+from snapfit.solvers import cpu, hot_pass, ovr
 
 
 class HostKernels(NamedTuple):
@@ -106,22 +106,50 @@ class Unit(ABC):
     def close(self) -> None:  # noqa: B027 - a no-op unless overridden
         """Free the unit's resources (on its own thread)."""
 
+    def set_hot(self, hot_pos: np.ndarray, nh: int) -> None:
+        """From now on passes run under the hot block (``snapfit.engine.hot``): rows write only
+        the cold columns of the view and add their hot moves (``sigma`` times) into an
+        accumulator of ``nh`` entries, which ``hot_moves`` gives after ``finish``."""
+        raise NotImplementedError(f"{type(self).__name__} has no hot-block pass")
+
+    def hot_moves(self) -> np.ndarray:
+        """The hot moves of the last pass (``set_hot``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no hot-block pass")
+
 
 class CpuUnit(Unit):
-    """A CPU thread: ``cpu.cd_pass`` on its own view of ``w`` (``view``, or ``w`` itself)."""
+    """A CPU thread: ``cpu.cd_pass`` on its own view of ``w`` (``view``, or ``w`` itself);
+    under the hot block ``hot_pass.cd_pass_hot``."""
 
     def __init__(self, problem, sigma: float, view: np.ndarray):
         self.p = problem
         self.sigma = float(sigma)
         self.view = view
         self.bucket_rows = int(problem.bucket_rows)
+        self.hot_pos = None
+        self.acc = None
+
+    def set_hot(self, hot_pos, nh):
+        self.hot_pos = hot_pos
+        self.acc = np.zeros(max(nh, 1))
+
+    def hot_moves(self):
+        return self.acc
 
     def begin(self, w, n_items, width=2):
         if self.view is not w:
             self.view[:] = w
+        if self.acc is not None:
+            self.acc[:] = 0.0
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
         p = self.p
+        if self.hot_pos is not None:
+            result = hot_pass.cd_pass_hot(
+                *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, self.hot_pos, alpha,
+                self.view, self.acc, rows, self.sigma, p.loss,
+            )  # fmt: skip
+            return [(item, result)]
         kern = host_kernels(p)
         result = kern.cd_pass(
             *cpu.chunk_args(chunk), *kern.bounds, p.bias, sqnorm, alpha, self.view, rows,

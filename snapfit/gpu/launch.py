@@ -19,6 +19,12 @@ blocks, up to 1024) ran ~1,600. ``block``, ``team`` and ``max_blocks`` given to 
 override the rule, e.g. more blocks on data without dense shared columns, where the safe step
 costs little. Under the CUDA simulator every CUDA thread is a Python thread, so the rule gives
 ``SIMULATOR_LAUNCH`` (4 rows in flight) instead.
+
+Under the hot block (``hot_columns=True``, ``snapfit.engine.hot``) rows in flight share only
+sparse columns, where the safe step's excess is near 1: in the emulator the epochs stayed flat
+from 1 to 4,096 rows in flight (docs/gpu-performance-model.md). There the rule fills the
+device instead: as many blocks as every SM holds at once (``max_threads_per_sm / block`` per
+SM), ~4,200 rows in flight on an H100 for Criteo-like rows. Not yet measured on a GPU.
 """
 
 from __future__ import annotations
@@ -123,9 +129,11 @@ def choose_launch(
     block: int | None = None,
     team: int | None = None,
     max_blocks: int | None = None,
+    fill: bool = False,
 ) -> Launch:
     """The launch for ``n_rows`` rows of ``mean_nnz`` stored values on ``props``' device
-    (the module docstring states the rule); ``block``, ``team``, ``max_blocks`` override it."""
+    (the module docstring states the rule); ``block``, ``team``, ``max_blocks`` override it.
+    ``fill``: every SM as full as it gets (the hot block's rule), not one block per SM."""
     if props.simulated:
         if block is None:
             team = team or SIMULATOR_LAUNCH["team"]
@@ -137,7 +145,8 @@ def choose_launch(
     if block is None:
         block = max(team, min(cap, WARPS_PER_SM * props.warp_size))
     per_block = block // team
-    blocks = max(1, min(max_blocks or props.sm_count, -(-n_rows // per_block)))
+    per_sm = max(1, props.max_threads_per_sm // block) if fill else 1
+    blocks = max(1, min(max_blocks or per_sm * props.sm_count, -(-n_rows // per_block)))
     return Launch(blocks, block, team, min(blocks * per_block, n_rows))
 
 

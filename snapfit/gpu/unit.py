@@ -144,6 +144,10 @@ class GpuUnit(Unit):
         self.keep: set[int] = set()
         self._pending: Slot | None = None
         self._w0 = None  # a warm start's w0 on the device, for the unit's life (kernels read it)
+        # the hot block (``set_hot``): hot positions, the pass's hot moves, rows' curvatures
+        self.hot_pos = self.acc = self.curv = None
+        self.nh = 0
+        self._moves = np.zeros(1)
 
     # -- life ------------------------------------------------------------------------------
     def bind(self) -> None:
@@ -194,8 +198,32 @@ class GpuUnit(Unit):
 
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
-        """``w`` (float64, a block per problem) and the column counts of the safe step (int32)."""
-        return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1)
+        """``w`` (float64, a block per problem) and the column counts of the safe step (int32);
+        under the hot block its positions, moves and the rows' curvatures too."""
+        hot = 0
+        if self.hot_pos is not None:
+            hot = 8 * (self.n_features + 1 + max(self.nh, 1) + self.curv.shape[0])
+        return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1) + hot
+
+    # -- the hot block ---------------------------------------------------------------------
+    def set_hot(self, hot_pos, nh) -> None:
+        self.nh = int(nh)
+        self.hot_pos = self._alloc(len(hot_pos), np.int64)
+        self.backend.h2d(self.hot_pos, np.ascontiguousarray(hot_pos, np.int64),
+                         self.compute_stream)  # fmt: skip
+        self.acc = self._alloc(max(self.nh, 1), np.float64)
+        self.curv = self._alloc(1, np.float64)
+        self._moves = np.zeros(max(self.nh, 1))
+
+    def hot_moves(self) -> np.ndarray:
+        return self._moves
+
+    def _curv_for(self, n_rows: int):
+        """The rows' curvature buffer, grown to ``n_rows`` when a larger chunk comes."""
+        if self.curv.shape[0] < n_rows:
+            self.compute_stream.synchronize(self._what("kernels reading the curvatures"))
+            self.curv = self._alloc(n_rows, np.float64)
+        return self.curv
 
     def _nbytes(self, rows, nnz):
         """Device bytes of pieces of these sizes as this unit keeps them."""
@@ -276,6 +304,8 @@ class GpuUnit(Unit):
         self.backend.zero(self._flat, self.compute_stream)
         self._result = self._flat[: n * width].reshape(n, width)
         self._host_sum[:] = 0.0
+        if self.acc is not None:
+            self.backend.zero(self.acc, self.compute_stream)
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout) -> list:
         start = time.perf_counter()
@@ -294,12 +324,15 @@ class GpuUnit(Unit):
                 launch(kernels.column_counts, lp.blocks, lp.block, stream)(
                     args[0], args[1], order, lp.team, self.counts
                 )
-            for (c_pos, c_neg), labels, alpha_c, w_c in self._problems(dc, p, args[4], lp):
-                launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
-                    *args[:4], labels, *args[5:], c_pos, c_neg, p.bias, dc.sqnorm[:n],
-                    self.counts, alpha_c[:n], w_c, order, self.sigma, lp.team,
-                    self._result[item.seq], p.loss,
-                )  # fmt: skip
+            if self.hot_pos is not None:
+                self._hot_pass(dc, args, order, lp, self._result[item.seq])
+            else:
+                for (c_pos, c_neg), labels, alpha_c, w_c in self._problems(dc, p, args[4], lp):
+                    launch(kernels.cd_pass, lp.blocks, lp.block, stream)(
+                        *args[:4], labels, *args[5:], c_pos, c_neg, p.bias, dc.sqnorm[:n],
+                        self.counts, alpha_c[:n], w_c, order, self.sigma, lp.team,
+                        self._result[item.seq], p.loss,
+                    )  # fmt: skip
         if dc is self.resident.get(item.k) and not self.redeals and (lo, hi) == (0, n):
             self.on_device.add(item.k)  # the device copy is now the current one
         else:
@@ -311,6 +344,28 @@ class GpuUnit(Unit):
                 self.backend.d2h(out[c * m : (c + 1) * m], src, self.compute_stream)
             s.writeback = (alpha, lo, hi)
         return self._enqueued(s, item, start)
+
+    def _hot_pass(self, dc, args, order, lp: Launch, out) -> None:
+        """The rows' cold curvature (``cold_curvature``, on this launch's rows in flight),
+        then ``cd_pass_hot`` (the caller holds ``serial``; one problem)."""
+        p, n, stream = self.p, dc.n_rows, self.compute_stream
+        curv = self._curv_for(n)
+        launch = self.backend.launch
+        launch(kernels.cold_curvature, lp.blocks, lp.block, stream)(
+            *args[:4],
+            p.bias,
+            dc.sqnorm[:n],
+            self.hot_pos,
+            self.counts,
+            order,
+            self.sigma,
+            lp.team,
+            curv,
+        )
+        launch(kernels.cd_pass_hot, lp.blocks, lp.block, stream)(
+            *args, p.c_pos, p.c_neg, p.bias, curv, self.hot_pos, dc.alpha[:n], self.w, self.acc,
+            order, self.sigma, lp.team, out, p.loss,
+        )  # fmt: skip
 
     def _problems(self, dc, p, y, lp: Launch):
         """Per problem: ``(bounds, labels, alpha, w block)`` on the device. One
@@ -385,6 +440,8 @@ class GpuUnit(Unit):
         results = np.empty(self._result.shape)
         self.backend.d2h(view, self.w, self.compute_stream)
         self.backend.d2h(results, self._result, self.compute_stream)
+        if self.acc is not None:
+            self.backend.d2h(self._moves, self.acc, self.compute_stream)
         self.compute_stream.synchronize(self._what("the pass's kernels and w to the host"))
         view += self._host_sum
         return view, results
@@ -545,7 +602,8 @@ class GpuUnit(Unit):
     def _launch(self, n_rows: int, dc: DeviceChunk) -> Launch:
         """The rule's launch for ``n_rows`` rows of ``dc`` (the unit's options override it)."""
         return choose_launch(self.props, n_rows, dc.nnz / max(dc.n_rows, 1), block=self.block,
-                             team=self.team, max_blocks=self.max_blocks)  # fmt: skip
+                             team=self.team, max_blocks=self.max_blocks,
+                             fill=self.hot_pos is not None)  # fmt: skip
 
 
 def pool_limit(budget: float) -> float:

@@ -51,6 +51,15 @@ def test_device_limits_bound_the_block():
     assert choose_launch(wide_warp, 1000, 39.0) == Launch(10, 256, 64, 40)
 
 
+def test_the_hot_block_fills_every_sm():
+    """Under the hot block rows in flight share only sparse columns: every SM holds as many
+    blocks as it can (16 of 128 threads), 4,224 Criteo-like rows in flight on an H100."""
+    got = choose_launch(H100, 65536, 39.0, fill=True)
+    assert got == Launch(16 * 132, 128, 64, 2 * 16 * 132)
+    assert choose_launch(H100, 100, 39.0, fill=True) == Launch(50, 128, 64, 100)  # few rows
+    assert choose_launch(H100, 65536, 39.0, fill=True, max_blocks=8).blocks == 8
+
+
 def test_options_override_the_rule():
     assert choose_launch(H100, 65536, 39.0, max_blocks=1024) == Launch(1024, 128, 64, 2048)
     assert choose_launch(H100, 65536, 39.0, block=64, team=32) == Launch(132, 64, 32, 264)
