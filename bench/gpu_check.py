@@ -20,7 +20,8 @@ short of time measures less and says so (``degraded``):
    flight, against ``snapfit.solvers.emulate`` at the same tau on the same rows; and the
    hybrid (hot columns as a primal block, ``cd_pass_hot``) at 4x on the GPU against
    ``snapfit.solvers.hybrid``: its epochs and seconds beside the safe step's;
-5. ``product``: time to 1e-4 for GPU alone, GPU + CPU residue, CPU threads alone (all cores), in
+5. ``product``: time to 1e-4 for GPU alone, GPU alone with the hot block (``hot_columns=True``,
+   its launch filling the device), GPU + CPU residue, CPU threads alone (all cores), in
    memory and out of core from Parquet under a host budget below the data; and ``env``:
    versions, driver, ``snapfit info --device``.
 

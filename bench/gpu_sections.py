@@ -624,20 +624,23 @@ def section_product(out: Out, rows: int) -> None:
                    "chunk_rows": chunk_rows, "cores": cores,
                    "make_s": time.perf_counter() - t}  # fmt: skip
     out.save()
-    configs = [("gpu", "gpu", 1), ("gpu+cpu", "gpu", cores), ("cpu", "cpu", cores)]
+    # "gpu hot": the hot block (``hot_columns=True``), whose launch fills the device
+    configs = [("gpu", "gpu", 1, False), ("gpu hot", "gpu", 1, True),
+               ("gpu+cpu", "gpu", cores, False), ("cpu", "cpu", cores, False)]  # fmt: skip
     max_iter = 12 if simulated() else 300
     # compile every path once on a few rows (kernels are JIT: not part of time to target)
     warm = X[: min(rows, 512)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for _, device, jobs in configs:
-            LogisticRegression(C=C, device=device, n_jobs=jobs, max_iter=2).fit(warm, y01[:512])
+        for _, device, jobs, hot in configs:
+            LogisticRegression(C=C, device=device, n_jobs=jobs, max_iter=2,
+                               hot_columns=hot).fit(warm, y01[:512])  # fmt: skip
     res["warmup_s"] = time.perf_counter() - t - res["data"]["make_s"]
     res["fits"] = []
     out.save()
-    fits = [(where, name, device, jobs) for where in ("in memory", "out of core")
-            for name, device, jobs in configs]  # fmt: skip
-    for i, (where, name, device, jobs) in enumerate(fits):
+    fits = [(where, name, device, jobs, hot) for where in ("in memory", "out of core")
+            for name, device, jobs, hot in configs]  # fmt: skip
+    for i, (where, name, device, jobs, hot) in enumerate(fits):
         cap = out.left() / (len(fits) - i)
         if cap <= 1.0:
             out.degrade(f"time: {name} {where} not run")
@@ -649,7 +652,8 @@ def section_product(out: Out, rows: int) -> None:
         peak = resident_peak_nbytes(DataStats.read(ds, sample=False), jobs)
         est = LogisticRegression(C=C, device=device, n_jobs=jobs, tol=TOL, max_iter=max_iter,
                                  random_state=0, memory_budget=budget if ooc else None,
-                                 chunk_rows=chunk_rows if ooc else None)  # fmt: skip
+                                 chunk_rows=chunk_rows if ooc else None,
+                                 hot_columns=hot)  # fmt: skip
         cb = lambda rec, coef, b, end=stop_at: time.perf_counter() > end  # noqa: E731
         t = time.perf_counter()
         with warnings.catch_warnings():
@@ -665,7 +669,8 @@ def section_product(out: Out, rows: int) -> None:
         if not reached and epochs < max_iter:
             out.degrade(f"time: {name} {where} stopped at {cap:.0f} s before the target")
         res["fits"].append({
-            "where": where, "units": name, "device": device, "n_jobs": jobs, "seconds": secs,
+            "where": where, "units": name, "device": device, "n_jobs": jobs, "hot_columns": hot,
+            "seconds": secs,
             "epochs": epochs, "reached": reached, "rel_gap": last["rel_gap"],
             "primal": last["primal"], "s_per_epoch": secs / max(epochs, 1),
             "io_wait_s": sum(h.get("io_wait", 0.0) for h in est.history_),

@@ -274,13 +274,14 @@ GRID = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5])  # steps of th
 @njit(nogil=True, cache=True)
 def lag_terms(
     indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, alpha,
-    hot_pos, delta, grid, dv, ent,
+    hot_pos, delta, grid, v, dv, ent,
 ):  # fmt: skip
-    """The dual correction's sums over a chunk's rows: each row's ``alpha`` answered ``w_H``
-    before the last hot step moved it by ``delta``; to first order it would have moved by
-    ``da_i = -a_i (C_i - a_i) / C_i y_i x_iH . delta``. Adds ``sum_i da_i y_i x_i`` into
-    ``dv`` (all of ``x_i``, the intercept last) and, for each step ``grid[j]``, the rows'
-    dual entropy at ``a_i + grid[j] da_i`` into ``ent[j]`` (``inf`` once a row leaves
+    """The dual's sums over a chunk's rows, at ``alpha`` and corrected for the last hot
+    step's lag: each row's ``alpha`` answered ``w_H`` before the step moved it by ``delta``;
+    to first order it would have moved by ``da_i = -a_i (C_i - a_i) / C_i y_i x_iH . delta``.
+    Adds ``v(alpha) = sum_i a_i y_i x_i`` into ``v`` and ``sum_i da_i y_i x_i`` into ``dv``
+    (all of ``x_i``, the intercept last) and, for each step ``grid[j]``, the rows' dual
+    entropy at ``a_i + grid[j] da_i`` into ``ent[j]`` (``inf`` once a row leaves
     ``[0, C_i]``)."""
     d = len(dv) - 1
     ib = hot_pos[d]
@@ -298,6 +299,11 @@ def lag_terms(
             if h >= 0:
                 lag += delta[h] * (values[k] if has_values else 1.0)
         da = -(a * ca / c) * yi * lag
+        if a != 0.0:
+            ay = a * yi
+            v[d] += ay * bias
+            for k in range(indptr[i], indptr[i + 1]):
+                v[indices[k]] += ay * values[k] if has_values else ay
         if da != 0.0:
             step = da * yi
             dv[d] += step * bias
@@ -315,18 +321,18 @@ def lag_terms(
                 ent[j] += cn * np.log(cn / c)
 
 
-def corrected_dual(tr, v: np.ndarray) -> float:
-    """A trainer's dual at ``alpha`` corrected for the lag of its last hot step
-    (``hybrid_certify``'s ``dual``): one pass over the host chunks (``alpha`` at home) for
-    ``lag_terms``, then the best of ``-1/2 ||v + s dv||^2 - ent(s)`` over ``GRID``, where
-    ``v = v(alpha)``; ``-inf`` before any hot step. ``s = 0`` is ``D(alpha)`` itself."""
+def exact_dual(tr) -> float:
+    """A trainer's exact dual under the hot block, its certificate's: the best of ``D(alpha)``
+    and the dual at ``alpha`` corrected for the last hot step's lag (``hybrid_certify``'s
+    ``dual``), ``-1/2 ||v + s dv||^2 - ent(s)`` over ``GRID`` (``s = 0``: ``D(alpha)``), all
+    from one pass over the host chunks (``lag_terms``; ``alpha`` at home), which also leaves
+    ``v_H = v_H(alpha)`` exact."""
     hb, p = tr.hot, tr.problem
-    if not hb.nh or hb.seen is None:
-        return -np.inf
-    delta = tr.w[hb.hot] - hb.seen
+    delta = tr.w[hb.hot] - hb.seen if hb.seen is not None else np.zeros(hb.nh)
+    tr.sync_alpha()
     order, plan = tr._whole_plan()
     tr._group.each(lambda t: tr.units[t].begin(tr.w, len(plan[t])), "begin")
-    sums = [(np.zeros_like(tr.w), np.zeros(len(GRID))) for _ in range(tr.k)]
+    sums = [(np.zeros_like(tr.w), np.zeros_like(tr.w), np.zeros(len(GRID))) for _ in range(tr.k)]
 
     def lag(t, item, chunk):
         lo, hi = item_span(item, chunk.n_rows)
@@ -336,7 +342,10 @@ def corrected_dual(tr, v: np.ndarray) -> float:
         return [(item, ())]
 
     tr._run(order, plan, lag)
-    dv = sum(s[0] for s in sums)
-    ent = sum(s[1] for s in sums)
+    v = sum(s[0] for s in sums)
+    dv = sum(s[1] for s in sums)
+    ent = sum(s[2] for s in sums)
+    hb.v_h[:] = v[hb.hot]
+    hb.fresh = True
     vv, vdv, dvdv = float(v @ v), float(v @ dv), float(dv @ dv)
     return float(np.max(-0.5 * (vv + 2 * GRID * vdv + GRID**2 * dvdv) - ent))

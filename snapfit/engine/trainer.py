@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from snapfit.engine.hot import HotBlock, corrected_dual, sample_rows
+from snapfit.engine.hot import HotBlock, exact_dual, sample_rows
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.shared import HotSlots, count_step
 from snapfit.engine.source import ChunkSource
@@ -313,6 +313,13 @@ class Trainer:
         self._done_rows[t] += item.n_rows(chunk.n_rows)
         return done
 
+    def _objective_item(self, t: int, item: Item, chunk):
+        alpha = self.state.alpha_of(item.k)
+        layout = self.source.layout(item.k)
+        return self.units[t].objective(
+            item, chunk, alpha, self._sqnorm(item, chunk), self.w, layout
+        )
+
     def _sqnorm(self, item: Item, chunk):
         """The item's row norms as the units take them (None for chunks born on a device)."""
         return None if self.source.device_resident else self.state.sqnorm_of(item.k, chunk)
@@ -434,41 +441,28 @@ class Trainer:
         """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass, and one more to
         rebuild ``w`` when threads sharing it may have lost updates).
 
-        Under the hot block ``w_H`` differs from ``v_H(alpha)``: the dual takes ``v_H``
-        (rebuilt exactly first) and is corrected for the last hot step's lag (``hot.
-        corrected_dual``, one more pass). (The primal at ``w(alpha)`` itself, the plain dual
-        CD certificate, was measured far above the primal at ``w`` at every epoch of a
-        200k-row fit, 1e2-1e4 relative gaps against 1e-2-1e-6: not worth its pass.)"""
+        Under the hot block ``w_H`` differs from ``v_H(alpha)``: the dual is ``hot.exact_dual``
+        (one more pass: ``v(alpha)`` summed, ``v_H`` rebuilt, and the dual corrected for the
+        last hot step's lag). (The primal at ``w(alpha)`` itself, the plain dual CD
+        certificate, was measured far above the primal at ``w`` at every epoch of a 200k-row
+        fit, 1e2-1e4 relative gaps against 1e-2-1e-6: not worth its pass.)"""
         self.settle()
-        if self.hot is not None:
-            self.refresh_hot()
-            primal, dual, _ = self._objective_at(self.w)
-            consistent = self.w.copy()  # v(alpha)
-            consistent[self.hot.hot] = self.hot.v_h
-            dual = max(dual, corrected_dual(self, consistent))
-            return primal, dual, primal - dual
-        return self._objective_at(self.w)
+        if self.hot is None:
+            return self._objective()
+        primal = self._objective()[0]
+        dual = exact_dual(self)
+        return primal, dual, primal - dual
 
-    def _objective_at(self, w: np.ndarray) -> tuple[float, float, float]:
-        """Exact ``(primal, dual, gap)`` with the primal at ``w`` (one data pass; ``self.w``
-        is kept: a unit whose view is ``self.w`` takes ``w`` into it for the pass)."""
-        kept = None if w is self.w else self.w.copy()
+    def _objective(self) -> tuple[float, float, float]:
+        """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass; under the hot
+        block only its primal holds: ``w`` is not ``v(alpha)``)."""
         order, plan = self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
-        self._group.each(lambda t: self.units[t].begin(w, len(plan[t]), 3), "begin")
-
-        def objective(t, item, chunk):
-            alpha = self.state.alpha_of(item.k)
-            layout = self.source.layout(item.k)
-            sq = self._sqnorm(item, chunk)
-            return self.units[t].objective(item, chunk, alpha, sq, w, layout)
-
-        results, _ = self._run(order, plan, objective)
-        if kept is not None:
-            self.w[:] = kept
+        self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3), "begin")
+        results, _ = self._run(order, plan, self._objective_item)
         loss, ent = sum(r[0] for _, r in results), sum(r[1] for _, r in results)
-        wsq = cpu.squared_norm(w)
+        wsq = cpu.squared_norm(self.w)
         primal = 0.5 * wsq + loss
-        dual = -0.5 * (wsq if self.hot is None else self.hot.dual_sq(w)) - ent
+        dual = -0.5 * wsq - ent
         return primal, dual, primal - dual
 
     def _merge(self, views: list[np.ndarray], w0: np.ndarray | None) -> None:

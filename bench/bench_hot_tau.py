@@ -1,0 +1,123 @@
+"""The trainer with a GPU unit of ``tau`` rows in flight, emulated on the CPU: today's safe step
+against the hot block (``hot_columns=True``), epochs to an exact relative gap of 1e-4.
+
+    python -m bench.bench_hot_tau [--kind criteo-like] [--rows 200000] [--C 0.1]
+        [--taus 1,256,1024,4096] [--rules today,hot] [--max-epochs 150] [--no-intercept]
+        [--json OUT]
+
+Why: the simulator runs 4 rows in flight and no GPU is at hand, so a GPU's epochs at its real
+concurrency come from the emulator (``snapfit.solvers.emulate``: waves of ``tau`` rows that all
+read ``w`` as it was at the wave's start, their updates added after it). Here the emulator is a
+unit of the real trainer (``EmulatedGpu``, given to ``Trainer`` as its GPU unit), so the
+epochs are the trainer's own: its plan, merge, hot step, estimated and exact gaps, stopping
+rule. Today's rule is ``emulate.wave_pass`` with ``cd_pass``'s ESO curvature over all columns;
+the hot block is ``hybrid.wave_pass`` (rows write cold columns, hot moves to the accumulator)
+with ESO over the cold columns, ``gpu.cold_curvature``'s rule. Seconds are the emulator's, not
+a GPU's: only the epochs mean something.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from bench.sets import load_xy, make_set
+from snapfit.engine.units import CpuUnit
+from snapfit.solvers import cpu, emulate, hybrid
+
+TARGET = 1e-4
+
+
+class EmulatedGpu(CpuUnit):
+    """A GPU unit of ``tau`` rows in flight on the CPU (one unit: ``sigma' = 1``)."""
+
+    def __init__(self, device_id, source, problem, *, sigma=1.0, tau=1024):
+        if sigma != 1.0:
+            raise ValueError("the emulated GPU is the trainer's only unit")
+        super().__init__(problem, sigma, np.zeros(problem.n_features + 1))
+        self.tau = int(tau)
+        self.prior_rate = 1.0
+        self._curv: dict = {}
+
+    def run(self, item, chunk, alpha, sqnorm, rows, layout):
+        p, d = self.p, self.p.n_features
+        args = cpu.chunk_args(chunk)
+        key = (item.k, len(rows))  # the pass's rows are the chunk's: the same set every epoch
+        if key not in self._curv:
+            if self.hot_pos is None:
+                curv = emulate.curvature("eso", *args[:4], sqnorm, rows, p.bias, self.tau, d)
+            else:
+                cold, _ = hybrid.split(*args[:4], self.hot_pos, p.bias)
+                cold_sq = np.zeros(chunk.n_rows, np.float32)
+                cpu.row_sqnorms(*cold, args[3], cold_sq)
+                bias = p.bias if self.hot_pos[d] < 0 else 0.0
+                curv = emulate.curvature("eso", *cold, args[3], cold_sq, rows, bias, self.tau, d)
+            self._curv[key] = curv
+        curv = self._curv[key]
+        if self.hot_pos is None:
+            result = emulate.wave_pass(*args, p.c_pos, p.c_neg, p.bias, curv, alpha, self.view,
+                                       rows, 1.0, self.tau, -1)  # fmt: skip
+        else:
+            result = hybrid.wave_pass(*args, p.c_pos, p.c_neg, p.bias, curv, alpha, self.view,
+                                      self.hot_pos, self.acc, rows, self.tau, -1)  # fmt: skip
+        return [(item, result)]
+
+
+def one(X, y, C, bias, tau, hot, max_epochs) -> dict:
+    from snapfit.engine import Devices, InMemorySource, Problem
+    from snapfit.engine.loop import run_epochs
+    from snapfit.engine.trainer import Trainer
+    from snapfit.inputs import csr_chunks
+
+    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
+    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=TARGET,
+                      max_iter=max_epochs, hot_columns=hot)  # fmt: skip
+
+    def unit(i, src, prob, sigma=1.0):
+        return EmulatedGpu(i, src, prob, sigma=sigma, tau=tau)
+
+    t0 = time.perf_counter()
+    tr = Trainer(source, problem, source.make_state(), Devices(n_cpu=0, gpu_ids=(0,)), unit)
+    try:
+        res = run_epochs(tr, problem, keep_alpha=False)
+    finally:
+        tr.close()
+    return {"epochs": int(res.n_iter), "converged": bool(res.converged),
+            "rel_gap": float(res.history[-1].rel_gap), "seconds": time.perf_counter() - t0,
+            "hot_columns": int(tr.hot.nh) if tr.hot is not None else 0}  # fmt: skip
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", default="criteo-like")
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--C", type=float, default=0.1)
+    ap.add_argument("--taus", default="1,256,1024,4096")
+    ap.add_argument("--rules", default="today,hot")
+    ap.add_argument("--max-epochs", type=int, default=150)
+    ap.add_argument("--no-intercept", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    X, y = load_xy(f"{make_set(a.kind, a.rows)}/train.npz")
+    bias = 0.0 if a.no_intercept else 1.0
+    out = []
+    print("| rule | tau | epochs to gap 1e-4 | reached | final relative gap | hot columns |")
+    print("|---|---|---|---|---|---|")
+    for tau in [int(t) for t in a.taus.split(",")]:
+        for hot in [r == "hot" for r in a.rules.split(",")]:
+            r = one(X, y, a.C, bias, tau, hot, a.max_epochs)
+            r.update(tau=tau, rule="hot block" if hot else "today (ESO)")
+            out.append(r)
+            print(f"| {r['rule']} | {tau} | {r['epochs']} | {'yes' if r['converged'] else 'no'} | "
+                  f"{r['rel_gap']:.1e} | {r['hot_columns']} |", flush=True)  # fmt: skip
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
