@@ -7,8 +7,9 @@ outside ``sim/`` that are slow and need no simulator (``LANE_FILES``: the PTX bu
 doors, the GPU check's smoke run), handed over by this process. It starts as soon as collection
 shows that ``test_simulator.py`` will run, and runs beside the rest of the suite on the other
 core; ``test_the_gpu_lane``, moved to the end, waits for it and checks its result. In CI at
-cf96bad, on 2 cores under a load of 9-13, the lane took 11.3 + 4.5 min and the main process
-20.9 min (not yet timed on an idle machine).
+d38ed57 on an otherwise idle 2-core machine the lane took 11.3 + 3.4 min (143 simulator
+tests, then 18 without it), the main process 15.0 min and the whole ``.ci/run`` 16.8 min
+(install included); at cf96bad, under a load of 9-13, 11.3 + 4.5 and 20.9 min.
 With ``SNAPFIT_GPU_COVERAGE`` set to a coverage ``--include`` pattern (CI does), the lane runs
 under ``coverage run -p``, so its tests run once and also measure the GPU modules."""
 
