@@ -81,14 +81,11 @@ def take(chunk, lo: int, hi: int, step: int, c_pos: float, c_neg: float) -> tupl
     """Every ``step``-th row of rows ``[lo, hi)`` of a host chunk: ``(indptr, indices,
     values, y, C_i)`` (``Sample``'s arrays, for ``Sample.of``)."""
     rows = np.arange(lo, hi, step)
-    starts, ends = chunk.indptr[rows], chunk.indptr[rows + 1]
-    counts = (ends - starts).astype(np.int64)
-    indptr = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    at = np.repeat(starts - indptr[:-1], counts) + np.arange(indptr[-1])
-    indices = chunk.indices[at].astype(np.int64)
-    values = (np.ones(len(at)) if chunk.values is None
-              else chunk.values[at].astype(np.float64))  # fmt: skip
+    # ``hybrid.sub_rows`` gathers any CSR's rows; without values it gathers the indices twice
+    vals = chunk.indices if chunk.values is None else chunk.values
+    indptr, indices, values = hybrid.sub_rows(chunk.indptr, chunk.indices, vals, rows)
+    indices = indices.astype(np.int64)
+    values = np.ones(len(indices)) if chunk.values is None else values.astype(np.float64)
     y = chunk.y[rows].astype(np.float64)
     c = np.where(y > 0, c_pos, c_neg)
     if chunk.weight is not None:
@@ -178,7 +175,6 @@ class HotBlock:
         self.scale = n_rows / max(sample.n_rows, 1)
         self.steps = 0
         self.chol: np.ndarray | None = None  # of I + M
-        self.factored = 0
         self.seen: np.ndarray | None = None  # the w_H the last round's rows read
         # The epoch's gap estimate is the rows' gap terms times ``calibration``: the terms
         # leave out the hot block's lag, which the exact check measures (``calibrate``).
@@ -206,20 +202,19 @@ class HotBlock:
         if not self.nh:
             return
         s = self.sample
-        self._bias = bias
         if self.chol is None or self.steps & (self.steps - 1) == 0:
             m = curvature_gram(s.indptr, s.indices, s.values, s.y, s.c, bias, w, self.hot_pos,
                                self.nh)  # fmt: skip
             m *= self.scale
             m[np.diag_indices(self.nh)] += 1.0
             self.chol = np.linalg.cholesky(m)
-            self.factored += 1
         w_h = np.ascontiguousarray(w[self.hot])
+        self.seen = w_h  # what the round's rows answered (a copy: ``w`` is written below)
         d_h = -cho_solve((self.chol, True), w_h - self.v_h, check_finite=False)
-        w[self.hot] = w_h + self._damping(w, w_h, d_h) * d_h
+        w[self.hot] = w_h + self._damping(w, bias, w_h, d_h) * d_h
         self.steps += 1
 
-    def _damping(self, w, w_h, d_h) -> float:
+    def _damping(self, w, bias, w_h, d_h) -> float:
         """The step's length along ``d_h``: 1 unless the primal over the sample (scaled to
         all rows) rises there; then halved until it falls enough (Armijo), as a Newton step
         on the logistic loss needs far from the optimum (a fit warm started from another
@@ -227,8 +222,7 @@ class HotBlock:
         ``w_H`` between two points with every row's ``alpha`` at a bound)."""
         s = self.sample
         m, dm = np.empty(s.n_rows), np.empty(s.n_rows)
-        sample_margins(s.indptr, s.indices, s.values, s.y, self._bias, w, self.hot_pos, d_h,
-                       m, dm)  # fmt: skip
+        sample_margins(s.indptr, s.indices, s.values, s.y, bias, w, self.hot_pos, d_h, m, dm)
         c = self.scale * s.c
 
         def f(t):
@@ -287,9 +281,7 @@ def lag_terms(
     ib = hot_pos[d]
     for i in range(len(indptr) - 1):
         yi = y[i]
-        c = c_pos if yi > 0 else c_neg
-        if has_weight:
-            c *= weight[i]
+        c = cpu.row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             continue
         a, ca = cpu.unpack_alpha(alpha[i], c)

@@ -175,8 +175,9 @@ class Trainer:
         self._group.each(lambda t: self.units[t].set_hot(hot_pos, nh), "set_hot")
 
     def refresh_hot(self) -> None:
-        """``v_H = v_H(alpha)`` exactly (one pass summing ``w(alpha)``; ``w_H`` kept): before
-        every exact check, and after ``alpha`` was written from outside."""
+        """``v_H = v_H(alpha)`` exactly (one pass summing ``w(alpha)``; ``w_H`` kept), after
+        ``alpha`` was written from outside (a checkpoint); exact checks rebuild it in
+        ``hot.exact_dual``'s pass."""
         self.sync_alpha()
         keep = self.w[self.hot.hot].copy()
         self._sum_pass(None)
@@ -520,7 +521,6 @@ class Trainer:
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
-        self.hot.seen = self.w[self.hot.hot].copy()  # what the rows answered
         self.hot.step(self.w, self.problem.bias)
         return dual_sq, time.perf_counter() - t0
 
@@ -554,7 +554,7 @@ class Trainer:
     def _close_epoch(self, gaps, seconds: float, io0: float, idle: float, hot=None):
         """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
         source (they rank chunks for residency), the epoch is counted and recorded. ``hot``:
-        ``_hot_round``'s ``(dual's quadratic term, hot term, seconds)``."""
+        ``_hot_round``'s ``(dual's quadratic term, seconds)``."""
         self.chunk_gaps[:] = 0.0
         ent = 0.0
         for k, gap, e in gaps:

@@ -352,16 +352,9 @@ class GpuUnit(Unit):
         curv = self._curv_for(n)
         launch = self.backend.launch
         launch(kernels.cold_curvature, lp.blocks, lp.block, stream)(
-            *args[:4],
-            p.bias,
-            dc.sqnorm[:n],
-            self.hot_pos,
-            self.counts,
-            order,
-            self.sigma,
-            lp.team,
-            curv,
-        )
+            *args[:4], p.bias, dc.sqnorm[:n], self.hot_pos, self.counts, order, self.sigma,
+            lp.team, curv,
+        )  # fmt: skip
         launch(kernels.cd_pass_hot, lp.blocks, lp.block, stream)(
             *args, p.c_pos, p.c_neg, p.bias, curv, self.hot_pos, dc.alpha[:n], self.w, self.acc,
             order, self.sigma, lp.team, out, p.loss,

@@ -3,8 +3,7 @@
 Why a kernel of its own: ``cpu.cd_pass`` writes every column it touches, while under the hot
 block a row writes only its cold columns of ``w`` and adds its hot moves into an accumulator
 (``w_H`` is read-only for the round; the trainer takes the hot step after it). The row's
-curvature is ``sigma`` times its cold entries' squares, summed in the margin's loop (the
-stored row norms include the hot entries, so they cannot serve). The loop is ``cpu.cd_pass``'s
+curvature is ``sigma`` times the cold part of its norm. The loop is ``cpu.cd_pass``'s
 three-stage prefetch pipeline, the scalar math THE one (``dual.row_step``, as ``cpu`` compiles
 it). The cold part of a row's norm is its stored norm (duplicated indices summed first, as
 ``cpu.row_sqnorms`` makes it) less the squares of its hot values, duplicated hot columns summed
