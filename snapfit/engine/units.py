@@ -131,6 +131,7 @@ class CpuUnit(Unit):
 
     def set_hot(self, hot_pos, nh):
         self.hot_pos = hot_pos
+        self.hot_bits = hot_pass.hot_bits(hot_pos)
         self.acc = np.zeros(max(nh, 1))
 
     def hot_moves(self):
@@ -146,8 +147,8 @@ class CpuUnit(Unit):
         p = self.p
         if self.hot_pos is not None:
             result = hot_pass.cd_pass_hot(
-                *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, self.hot_pos, alpha,
-                self.view, self.acc, rows, self.sigma, p.loss,
+                *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, self.hot_pos,
+                self.hot_bits, alpha, self.view, self.acc, rows, self.sigma, p.loss,
             )  # fmt: skip
             return [(item, result)]
         kern = host_kernels(p)

@@ -28,7 +28,8 @@ def test_no_hot_column_is_cpu_cd_pass_bit_for_bit():
         none = np.full(d + 1, -1, np.int64)
         for _ in range(3):
             r1 = cpu.cd_pass(*args, 0.3, 0.3, 1.0, sq, a1, w1, rows, sigma, LOGISTIC)
-            r2 = hot_pass.cd_pass_hot(*args, 0.3, 0.3, 1.0, sq, none, a2, w2, np.zeros(1), rows,
+            r2 = hot_pass.cd_pass_hot(*args, 0.3, 0.3, 1.0, sq, none, hot_pass.hot_bits(none), a2,
+                                      w2, np.zeros(1), rows,
                                       sigma, LOGISTIC)  # fmt: skip
             assert r1 == r2
         assert np.array_equal(a1, a2) and np.array_equal(w1, w2)
@@ -65,7 +66,8 @@ def test_the_pass_curvature_is_the_cold_norm():
     cpu.row_sqnorms(*cold, True, cold_sq)
     for i in range(40):
         a, w, acc = np.zeros(len(sq)), np.full(d + 1, 0.01), np.zeros(len(hot))
-        hot_pass.cd_pass_hot(*args, 0.3, 0.3, 1.0, sq, hot_pos, a, w, acc, np.array([i]), 1.0,
+        hot_pass.cd_pass_hot(*args, 0.3, 0.3, 1.0, sq, hot_pos, hot_pass.hot_bits(hot_pos), a,
+                             w, acc, np.array([i]), 1.0,
                              LOGISTIC)  # fmt: skip
         dot = float(np.sum(values[indptr[i] : indptr[i + 1]]) * 0.01 + 0.01)
         want = cpu.row_step(float(cold_sq[i]), dot, args[4][i], 0.0, 0.3, LOGISTIC)[0]

@@ -77,7 +77,9 @@ def test_one_row_in_flight_is_the_cpu_units_pass(sigma):
     w0 = np.random.default_rng(3).normal(size=d + 1) * 0.1
     alpha, w, acc = np.zeros(n), w0.copy(), np.zeros(len(hot))
     sq = _sqnorm(args)
-    want = hot_pass.cd_pass_hot(*args, c, c, 1.0, sq, hot_pos, alpha, w, acc, rows, sigma, LOGISTIC)
+    bits = hot_pass.hot_bits(hot_pos)
+    want = hot_pass.cd_pass_hot(*args, c, c, 1.0, sq, hot_pos, bits, alpha, w, acc, rows, sigma,
+                                LOGISTIC)  # fmt: skip
 
     curv = _curvatures(args, hot_pos, rows, sigma, 2, 2)
     d_alpha, d_w = cuda.to_device(np.zeros(n)), cuda.to_device(w0)
