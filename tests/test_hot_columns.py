@@ -72,8 +72,8 @@ def test_two_units_need_fewer_epochs_with_the_hot_block():
             est = snapfit.LogisticRegression(C=0.1, tol=1e-6, max_iter=2000, n_jobs=n_jobs,
                                              random_state=0, hot_columns=on).fit(X, y)  # fmt: skip
             epochs[on, n_jobs] = est.n_iter_[0]
-    # measured: 30 / 56 epochs for one thread / two units without it, 14 / 16 with it
-    assert epochs[True, 2] <= 1.25 * epochs[True, 1], epochs
+    # measured: 30 / 56 epochs for one thread / two units without it, 27 / 27 with it
+    assert epochs[True, 2] <= 1.1 * epochs[True, 1], epochs
     assert epochs[True, 2] <= 0.75 * epochs[False, 2], epochs
 
 
