@@ -23,13 +23,9 @@ with ``v(alpha) = (w_S, v_H)``)::
 
     P(w) - D(alpha) = sum_i g_i + 1/2 ||w_H - v_H(alpha)||^2.
 
-Measured on the emulator with one hot step per epoch (200k Criteo-like rows, 2^18 features,
-C = 0.1, the 2,048-column block): a relative gap of 1e-4 in 17 epochs at one row in flight
-and 13 at 1,024, where sequential dual CD took 21 (the certificate's dual corrected as
-``hybrid_certify`` does; without it 38: the hot term lags while the primal is within 1e-4 of
-the optimum after 16). In the trainer (``bench.bench_hot_tau``, an emulated GPU unit, 200k
-Criteo-like rows, 2^20 features): 16-17 epochs at 1 to 4,096 rows in flight with the
-extrapolation, 20 without it; sequential dual CD took 23.
+Measured in the trainer (``bench.bench_hot_tau``: an emulated GPU unit, 200k Criteo-like
+rows, C = 0.1): a relative gap of 1e-4 in 16-17 epochs at 1 to 4,096 rows in flight (20
+without the extrapolation), where sequential dual CD took 23; docs/gpu-performance-model.md.
 """
 
 from __future__ import annotations
