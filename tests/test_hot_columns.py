@@ -143,3 +143,21 @@ def test_the_cli_refuses_hot_columns_for_other_losses(tmp_path):
         cli, ["train", path, "--out", out, "--hot-columns", "-q", "--tol", "1e-6"]
     )
     assert r.exit_code == 0, r.output
+
+
+def test_the_hot_step_is_extrapolated_along_a_residual_that_keeps_its_direction():
+    """Aitken: a plain step that left the residual on its direction at ``rho`` of it makes the
+    next step ``1 / (1 - rho)`` Newton steps (at most ``OMEGA_MAX``); a residual that turned,
+    grew or changed sign gets a plain step."""
+    rng = np.random.default_rng(0)
+    rk = rng.normal(size=50)
+    side = rng.normal(size=50)
+    side -= (side @ rk) / (rk @ rk) * rk  # orthogonal to rk
+    side *= np.linalg.norm(rk) / np.linalg.norm(side)
+    assert hot.aitken_length(0.4 * rk, rk) == pytest.approx(1 / 0.6)
+    assert hot.aitken_length(0.4 * rk + 0.01 * side, rk) == pytest.approx(1 / 0.6)
+    assert hot.aitken_length(0.76 * rk, rk) == hot.OMEGA_MAX == 2.0  # capped
+    assert hot.aitken_length(0.4 * rk + 0.2 * side, rk) == 1.0  # turned: cosine 0.89
+    assert hot.aitken_length(1.1 * rk, rk) == 1.0  # grew
+    assert hot.aitken_length(-0.5 * rk, rk) == 1.0  # overshot
+    assert hot.aitken_length(0.4 * rk, np.zeros(50)) == 1.0

@@ -13,7 +13,7 @@ trainer adds the units' moves into ``v_H(alpha) = sum_i a_i y_i x_iH`` and takes
     w_H <- w_H - (I + M)^-1 (w_H - v_H(alpha)),
 
 (up to twice as long where the last plain step left the residual ``v_H - w_H`` on its own
-direction: Aitken's extrapolation, ``HotBlock._aitken``), where ``M`` is the hot block's loss
+direction: Aitken's extrapolation, ``aitken_length``), where ``M`` is the hot block's loss
 curvature ``sum_i C_i s(m_i) s(-m_i) x_iH x_iH^T`` at the current margins ``m_i``
 (``alpha (C - alpha) / C`` at the dual point the margins pair with; ``C / 4`` at ``w = 0``),
 summed over a fixed sample of rows drawn when the fit starts and scaled to all rows. So ``M``
@@ -43,7 +43,7 @@ from snapfit.solvers import cpu, hybrid
 
 SAMPLE_ROWS = 65_536  # rows the hot set is counted over and M summed over, at most
 P_DENSE = hybrid.P_DENSE  # a column held by more than this share of the rows is hot
-OMEGA_MAX = 2.0  # the hot step's length at most, in Newton steps (``HotBlock._aitken``)
+OMEGA_MAX = 2.0  # the hot step's length at most, in Newton steps (``aitken_length``)
 
 
 def hot_cap(n_rows: int) -> int:
@@ -143,6 +143,30 @@ def weighted_gram(indptr, indices, values, coef, nh):
     return out
 
 
+def aitken_length(r: np.ndarray, rk: np.ndarray) -> float:
+    """The length of an undamped hot step (``HotBlock.step``) in Newton steps: Aitken's
+    extrapolation when the last step was a plain Newton step (undamped, not extrapolated) and
+    left the residual ``r = v_H - w_H`` along its own ``r_k`` (``|r_k . r| >= 0.95 |r_k|
+    |r|``) at ``rho`` of it: ``1 / (1 - rho)``, the steps that shrinking by ``rho`` each would
+    add up to (at most ``OMEGA_MAX``, 2: with 5, an emulated GPU of 256 rows in flight on 200k rows
+    stalled 10 epochs with every step cut by the damping and took 51, against 16 at 2).
+    After an extrapolated step a plain one, which measures ``rho`` anew.
+
+    Why: the rows answer a move of ``w_H`` by less than ``M`` says (their own steps are
+    curbed by their cold columns, ``1 / (1 + D_i q_i)`` of it for a row of cold norm
+    ``q_i``), least on the stiffest direction of ``M`` (the integer fields), where the
+    residual then stays, shrinking by a fixed ratio an epoch: 0.76 on 200k Criteo-like
+    rows, 0.82 on 1M, where a relative gap of 1e-4 took 40 epochs. Tried and left out:
+    a lasting length (each step's measure of the answer, kept for the next steps), which
+    overshot (the residual grew 1.4x in one epoch), and extrapolating only the part of
+    ``r`` along ``r_k`` (slower: the exact gap first below 1e-4 at epoch 17 on 200k rows
+    against 12, both at most 5 Newton steps)."""
+    rr, r_rk = float(rk @ rk), float(r @ rk)
+    if rr <= 0.0 or r_rk * r_rk < 0.9025 * rr * float(r @ r) or not 0.0 < r_rk < rr:
+        return 1.0
+    return min(rr / (rr - r_rk), OMEGA_MAX)
+
+
 def _softplus(x):
     return np.logaddexp(0.0, x)
 
@@ -189,7 +213,7 @@ class HotBlock:
     def step(self, w: np.ndarray, extrapolate: bool = True) -> None:
         """The hot step on ``w`` (in place): ``w_H <- w_H - (I + M)^-1 (w_H - v_H)``, damped
         where the sampled primal says so (``_damping``), else extrapolated where the last
-        step's residual says so (``_aitken``; not with ``extrapolate=False``). ``M`` (at
+        step's residual says so (``aitken_length``; not with ``extrapolate=False``). ``M`` (at
         ``w``'s margins over the sample) and its Cholesky factor are made again after steps
         0, 1, 2, 4, 8, ...: the factor is ``|H|^3 / 3`` flops (0.1-0.2 s at 2,000 columns on
         2 cores) and ``M`` settles as the margins do; a stale ``M`` only preconditions the
@@ -213,33 +237,10 @@ class HotBlock:
         t = self._damping(m, s.y * (self.x_h @ d_h), w_h, d_h)
         last, self._last = self._last, (r if t == 1.0 else None)
         if t == 1.0 and extrapolate and last is not None:
-            t = self._aitken(r, last)
+            t = aitken_length(r, last)
             self._last = r if t == 1.0 else None
         w[self.hot] = w_h + t * d_h
         self.steps += 1
-
-    def _aitken(self, r: np.ndarray, rk: np.ndarray) -> float:
-        """The undamped step's length in Newton steps: Aitken's extrapolation when the last
-        step was a plain Newton step (undamped, not extrapolated) and left the residual
-        ``r = v_H - w_H`` along its own ``r_k`` (``|r_k . r| >= 0.95 |r_k| |r|``) at ``rho``
-        of it: ``1 / (1 - rho)``, the steps that shrinking by ``rho`` each would add up to
-        (at most ``OMEGA_MAX``, 2: with 5, an emulated GPU of 256 rows in flight on 200k rows
-        stalled 10 epochs with every step cut by the damping and took 51, against 16 at 2).
-        After an extrapolated step a plain one, which measures ``rho`` anew.
-
-        Why: the rows answer a move of ``w_H`` by less than ``M`` says (their own steps are
-        curbed by their cold columns, ``1 / (1 + D_i q_i)`` of it for a row of cold norm
-        ``q_i``), least on the stiffest direction of ``M`` (the integer fields), where the
-        residual then stays, shrinking by a fixed ratio an epoch: 0.76 on 200k Criteo-like
-        rows, 0.82 on 1M, where a relative gap of 1e-4 took 40 epochs. Tried and left out:
-        a lasting length (each step's measure of the answer, kept for the next steps), which
-        overshot (the residual grew 1.4x in one epoch), and extrapolating only the part of
-        ``r`` along ``r_k`` (slower: the exact gap first below 1e-4 at epoch 17 on 200k rows
-        against 12, both at most 5 Newton steps)."""
-        rr, r_rk = float(rk @ rk), float(r @ rk)
-        if rr <= 0.0 or r_rk * r_rk < 0.9025 * rr * float(r @ r) or not 0.0 < r_rk < rr:
-            return 1.0
-        return min(rr / (rr - r_rk), OMEGA_MAX)
 
     def _damping(self, m, dm, w_h, d_h) -> float:
         """The step's length along ``d_h`` (``m``: the sample's margins, ``dm``: their move
