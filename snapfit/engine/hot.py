@@ -210,6 +210,11 @@ class HotBlock:
             self.calibration = max(1.0, exact_gap / self.sum_g)
         self.p_scale = max(abs(primal), 1e-300)
 
+    def rel_gap(self, gap: float) -> float:
+        """An epoch's estimated relative gap from its rows' gap terms ``gap``: scaled by what
+        the last exact check found, relative to the last exact primal."""
+        return gap * self.calibration / self.p_scale
+
     def step(self, w: np.ndarray, extrapolate: bool = True) -> None:
         """The hot step on ``w`` (in place): ``w_H <- w_H - (I + M)^-1 (w_H - v_H)``, damped
         where the sampled primal says so (``_damping``), else extrapolated where the last
@@ -235,10 +240,9 @@ class HotBlock:
         r = self.v_h - w_h
         d_h = cho_solve(self.chol, r, check_finite=False)
         t = self._damping(m, s.y * (self.x_h @ d_h), w_h, d_h)
-        last, self._last = self._last, (r if t == 1.0 else None)
-        if t == 1.0 and extrapolate and last is not None:
-            t = aitken_length(r, last)
-            self._last = r if t == 1.0 else None
+        if t == 1.0 and extrapolate and self._last is not None:
+            t = aitken_length(r, self._last)
+        self._last = r if t == 1.0 else None
         w[self.hot] = w_h + t * d_h
         self.steps += 1
 

@@ -524,7 +524,7 @@ class Trainer:
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
-        checked = gap * self.hot.calibration / self.hot.p_scale <= self.problem.tol
+        checked = self.hot.rel_gap(gap) <= self.problem.tol
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
         return dual_sq, time.perf_counter() - t0
 
@@ -578,7 +578,7 @@ class Trainer:
             idle=idle, wsq=wsq,
         )  # fmt: skip
         if hot is not None:  # D(alpha) lags far below P early on: not a scale for the gap
-            rec.rel_gap = gap / self.hot.p_scale
+            rec.rel_gap = self.hot.rel_gap(self.hot.sum_g)
         return rec
 
     def confirm(self, rec: EpochRecord) -> EpochRecord:
