@@ -37,7 +37,7 @@ import numpy as np
 from snapfit.engine.hot import HotBlock, exact_dual, sample_rows
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.shared import HotSlots, count_step
-from snapfit.engine.source import ChunkSource
+from snapfit.engine.source import ChunkSource, InMemorySource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
 from snapfit.engine.steal import RowBoard
@@ -45,6 +45,7 @@ from snapfit.engine.units import CpuUnit, SharedCpuUnit, Unit
 from snapfit.engine.workers import Item, ThreadGroup, item_rows, item_span, plan_epoch
 from snapfit.solvers import cpu
 from snapfit.solvers.dual import LOGISTIC
+from snapfit.solvers.hot_pass import HotLabels
 
 # Keys that keep the random choices of different passes of one epoch apart.
 _EPOCH_KEY, _EXACT_KEY = 2**31 - 2, 2**31 - 3
@@ -171,8 +172,9 @@ class Trainer:
                 "copy it to the host (e.g. X.get()) or fit without hot_columns."
             )
         self.hot = sample_rows(self)
-        hot_pos, nh = self.hot.hot_pos, self.hot.nh
-        self._group.each(lambda t: self.units[t].set_hot(hot_pos, nh), "set_hot")
+        keep = isinstance(self.source, InMemorySource)  # its chunks stay the same objects
+        labels = HotLabels(self.hot.hot_pos, self.hot.nh, keep)
+        self._group.each(lambda t: self.units[t].set_hot(labels), "set_hot")
 
     def refresh_hot(self) -> None:
         """``v_H = v_H(alpha)`` exactly (one pass summing ``w(alpha)``; ``w_H`` kept), after

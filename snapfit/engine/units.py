@@ -106,10 +106,11 @@ class Unit(ABC):
     def close(self) -> None:  # noqa: B027 - a no-op unless overridden
         """Free the unit's resources (on its own thread)."""
 
-    def set_hot(self, hot_pos: np.ndarray, nh: int) -> None:
-        """From now on passes run under the hot block (``snapfit.engine.hot``): rows write only
-        the cold columns of the view and add their hot moves (``sigma`` times) into an
-        accumulator of ``nh`` entries, which ``hot_moves`` gives after ``finish``."""
+    def set_hot(self, labels: hot_pass.HotLabels) -> None:
+        """From now on passes run under the hot block (``snapfit.engine.hot``; ``labels``: its
+        positions, ``hot_pos`` and ``nh``, and the CPU units' relabeling): rows write only the
+        cold columns of the view and add their hot moves (``sigma`` times) into an accumulator
+        of ``nh`` entries, which ``hot_moves`` gives after ``finish``."""
         raise NotImplementedError(f"{type(self).__name__} has no hot-block pass")
 
     def hot_moves(self) -> np.ndarray:
@@ -119,36 +120,39 @@ class Unit(ABC):
 
 class CpuUnit(Unit):
     """A CPU thread: ``cpu.cd_pass`` on its own view of ``w`` (``view``, or ``w`` itself);
-    under the hot block ``hot_pass.cd_pass_hot``."""
+    under the hot block ``hot_pass.cd_pass_hot`` on the extended ``[w | w_H | acc]``
+    (``HotLabels.extend``), whose head is then the view."""
 
     def __init__(self, problem, sigma: float, view: np.ndarray):
         self.p = problem
         self.sigma = float(sigma)
         self.view = view
         self.bucket_rows = int(problem.bucket_rows)
-        self.hot_pos = None
-        self.acc = None
+        self.labels = None
 
-    def set_hot(self, hot_pos, nh):
-        self.hot_pos = hot_pos
-        self.hot_bits = hot_pass.hot_bits(hot_pos)
-        self.acc = np.zeros(max(nh, 1))
+    def set_hot(self, labels):
+        self.labels = labels
+        self.wx = labels.extend(self.view)
+        self.view = self.wx[: labels.d + 1]
 
     def hot_moves(self):
-        return self.acc
+        return self.labels.moves(self.wx)
 
     def begin(self, w, n_items, width=2):
-        if self.view is not w:
+        if self.labels is not None:
+            self.labels.extend(w, self.wx)
+        elif self.view is not w:
             self.view[:] = w
-        if self.acc is not None:
-            self.acc[:] = 0.0
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
         p = self.p
-        if self.hot_pos is not None:
+        if self.labels is not None:
+            lab = self.labels
+            args = cpu.chunk_args(chunk)
+            ids, cold = lab.of(args, sqnorm, item.k)
             result = hot_pass.cd_pass_hot(
-                *cpu.chunk_args(chunk), p.c_pos, p.c_neg, p.bias, sqnorm, self.hot_pos,
-                self.hot_bits, alpha, self.view, self.acc, rows, self.sigma, p.loss,
+                args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, cold, lab.ib, alpha, self.wx,
+                lab.nh, rows, self.sigma, p.loss,
             )  # fmt: skip
             return [(item, result)]
         kern = host_kernels(p)

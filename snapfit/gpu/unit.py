@@ -206,8 +206,9 @@ class GpuUnit(Unit):
         return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1) + hot
 
     # -- the hot block ---------------------------------------------------------------------
-    def set_hot(self, hot_pos, nh) -> None:
-        self.nh = int(nh)
+    def set_hot(self, labels) -> None:
+        hot_pos = labels.hot_pos
+        self.nh = int(labels.nh)
         self.hot_pos = self._alloc(len(hot_pos), np.int64)
         self.backend.h2d(self.hot_pos, np.ascontiguousarray(hot_pos, np.int64),
                          self.compute_stream)  # fmt: skip

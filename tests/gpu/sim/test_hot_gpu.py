@@ -77,9 +77,12 @@ def test_one_row_in_flight_is_the_cpu_units_pass(sigma):
     w0 = np.random.default_rng(3).normal(size=d + 1) * 0.1
     alpha, w, acc = np.zeros(n), w0.copy(), np.zeros(len(hot))
     sq = _sqnorm(args)
-    bits = hot_pass.hot_bits(hot_pos)
-    want = hot_pass.cd_pass_hot(*args, c, c, 1.0, sq, hot_pos, bits, alpha, w, acc, rows, sigma,
-                                LOGISTIC)  # fmt: skip
+    lab = hot_pass.HotLabels(hot_pos, len(hot), keep=False)
+    ids, cold = lab.of(args, sq)
+    wx = lab.extend(w)
+    want = hot_pass.cd_pass_hot(args[0], ids, *args[2:], c, c, 1.0, cold, lab.ib, alpha, wx,
+                                lab.nh, rows, sigma, LOGISTIC)  # fmt: skip
+    w, acc = wx[: d + 1], lab.moves(wx)
 
     curv = _curvatures(args, hot_pos, rows, sigma, 2, 2)
     d_alpha, d_w = cuda.to_device(np.zeros(n)), cuda.to_device(w0)
