@@ -1,9 +1,16 @@
 """The trainer with a GPU unit of ``tau`` rows in flight, emulated on the CPU: today's safe step
 against the hot block (``hot_columns=True``), epochs to an exact relative gap of 1e-4.
 
-    python -m bench.bench_hot_tau [--kind criteo-like] [--rows 200000] [--C 0.1]
+    python -m bench.bench_hot_tau [--kind criteo-like] [--rows 200000] [--C 0.1[,1,...]]
         [--taus 1,256,1024,4096] [--rules today,hot] [--max-epochs 150] [--no-intercept]
-        [--json OUT]
+        [--tol 1e-4] [--trace] [--json OUT]
+
+``--trace`` (issue 32's grid: ``--C 0.01,0.1,1 --taus 1,64,256,1024,4096 --tol 1e-6 --trace``)
+computes the exact relative gap after every epoch (``Trainer.exact_objective``, whose pass also
+rebuilds ``v_H`` exactly: the iterates move by rounding only) and reports the first epoch
+below 1e-4 by that gap, the largest ratio of the gap to its running minimum after epoch 3 (over
+all epochs, and over those whose hot step was not extrapolated: the only ones the trainer
+checks), and ``(P - P*) / P*`` at the end, ``P*`` from one CPU thread at a relative gap of 1e-10.
 
 Why: the simulator runs 4 rows in flight and no GPU is at hand, so a GPU's epochs at its real
 concurrency come from the emulator (``snapfit.solvers.emulate``: waves of ``tau`` rows that all
@@ -41,6 +48,19 @@ class EmulatedGpu(CpuUnit):
         self.tau = int(tau)
         self.prior_rate = 1.0
         self._curv: dict = {}
+        self.hot_pos = None
+
+    def set_hot(self, labels):  # the wave pass takes positions and a separate accumulator
+        self.hot_pos = labels.hot_pos
+        self.acc = np.zeros(max(labels.nh, 1))
+
+    def hot_moves(self):
+        return self.acc
+
+    def begin(self, w, n_items, width=2):
+        self.view[:] = w
+        if self.hot_pos is not None:
+            self.acc[:] = 0.0
 
     def run(self, item, chunk, alpha, sqnorm, rows, layout):
         p, d = self.p, self.p.n_features
@@ -66,7 +86,7 @@ class EmulatedGpu(CpuUnit):
         return [(item, result)]
 
 
-def one(X, y, C, bias, tau, hot, max_epochs) -> dict:
+def one(X, y, C, bias, tau, hot, max_epochs, tol=TARGET, trace=False) -> dict:
     from snapfit.engine import Devices, InMemorySource, Problem
     from snapfit.engine.loop import run_epochs
     from snapfit.engine.trainer import Trainer
@@ -74,7 +94,7 @@ def one(X, y, C, bias, tau, hot, max_epochs) -> dict:
 
     y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
     source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
-    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=TARGET,
+    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=tol,
                       max_iter=max_epochs, hot_columns=hot)  # fmt: skip
 
     def unit(i, src, prob, sigma=1.0):
@@ -82,38 +102,90 @@ def one(X, y, C, bias, tau, hot, max_epochs) -> dict:
 
     t0 = time.perf_counter()
     tr = Trainer(source, problem, source.make_state(), Devices(n_cpu=0, gpu_ids=(0,)), unit)
+    gaps: list[float] = []
+    estimates: list[float] = []
+    lengths: list[float] = []
+
+    def exact(rec, w):
+        estimates.append(float(rec.rel_gap))  # the trainer's own (exact where it checked)
+        lengths.append(tr.hot.length if tr.hot is not None else 1.0)
+        primal, _, gap = tr.exact_objective()
+        gaps.append(gap / abs(primal))
+
     try:
-        res = run_epochs(tr, problem, keep_alpha=False)
+        res = run_epochs(tr, problem, keep_alpha=False, callbacks=[exact] if trace else ())
     finally:
         tr.close()
-    return {"epochs": int(res.n_iter), "converged": bool(res.converged),
-            "rel_gap": float(res.history[-1].rel_gap), "seconds": time.perf_counter() - t0,
-            "hot_columns": int(tr.hot.nh) if tr.hot is not None else 0}  # fmt: skip
+    out = {"epochs": int(res.n_iter), "converged": bool(res.converged),
+           "rel_gap": float(res.history[-1].rel_gap), "seconds": time.perf_counter() - t0,
+           "hot_columns": int(tr.hot.nh) if tr.hot is not None else 0,
+           "primal": float(res.history[-1].primal),
+           "duals": [float(r.dual) for r in res.history if r.exact]}  # fmt: skip
+    if trace:
+        g = np.array(gaps)
+        below = np.flatnonzero(g <= TARGET)
+        out["exact_gaps"] = gaps
+        out["estimates"] = estimates
+        out["epochs_to_1e-4"] = int(below[0]) + 1 if len(below) else None
+        over = g / np.minimum.accumulate(g)
+        plain = np.array(lengths) <= 1.0  # the epochs the trainer may check (no extrapolation)
+        out["lengths"] = lengths
+        out["worst_over_min"] = float(np.max(over[3:], initial=1.0))
+        out["worst_over_min_plain"] = float(np.max(over[3:][plain[3:]], initial=1.0))
+    return out
+
+
+def optimum(X, y, C, bias) -> float:
+    """``P*``: one CPU thread, today's rule, to a relative gap of 1e-10."""
+    from snapfit.engine import Devices, InMemorySource, Problem
+    from snapfit.inputs import csr_chunks
+    from snapfit.train import train
+
+    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
+    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=1e-10,
+                      max_iter=5000)  # fmt: skip
+    res = train(source, problem, devices=Devices(n_cpu=1), keep_alpha=False)
+    return float(res.history[-1].primal)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", default="criteo-like")
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--C", type=float, default=0.1)
+    ap.add_argument("--C", default="0.1")
     ap.add_argument("--taus", default="1,256,1024,4096")
     ap.add_argument("--rules", default="today,hot")
     ap.add_argument("--max-epochs", type=int, default=150)
     ap.add_argument("--no-intercept", action="store_true")
+    ap.add_argument("--tol", type=float, default=TARGET)
+    ap.add_argument("--trace", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     X, y = load_xy(f"{make_set(a.kind, a.rows)}/train.npz")
     bias = 0.0 if a.no_intercept else 1.0
     out = []
-    print("| rule | tau | epochs to gap 1e-4 | reached | final relative gap | hot columns |")
-    print("|---|---|---|---|---|---|")
-    for tau in [int(t) for t in a.taus.split(",")]:
-        for hot in [r == "hot" for r in a.rules.split(",")]:
-            r = one(X, y, a.C, bias, tau, hot, a.max_epochs)
-            r.update(tau=tau, rule="hot block" if hot else "today (ESO)")
-            out.append(r)
-            print(f"| {r['rule']} | {tau} | {r['epochs']} | {'yes' if r['converged'] else 'no'} | "
-                  f"{r['rel_gap']:.1e} | {r['hot_columns']} |", flush=True)  # fmt: skip
+    extra = " epochs to exact 1e-4 | worst gap / running min (all; plain steps) | (P - P*) / P* |"
+    print(f"| C | rule | tau | epochs to tol {a.tol:g} | reached | final relative gap | hot "
+          f"columns |{extra if a.trace else ''}")  # fmt: skip
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if a.trace else ""))
+    for C in [float(c) for c in a.C.split(",")]:
+        p_star = optimum(X, y, C, bias) if a.trace else None
+        for tau in [int(t) for t in a.taus.split(",")]:
+            for hot in [r == "hot" for r in a.rules.split(",")]:
+                r = one(X, y, C, bias, tau, hot, a.max_epochs, a.tol, a.trace)
+                r.update(C=C, tau=tau, rule="hot block" if hot else "today (ESO)")
+                line = (f"| {C:g} | {r['rule']} | {tau} | {r['epochs']} | "
+                        f"{'yes' if r['converged'] else 'no'} | {r['rel_gap']:.1e} | "
+                        f"{r['hot_columns']} |")  # fmt: skip
+                if a.trace:
+                    r["p_star"] = p_star
+                    r["primal_excess"] = (r["primal"] - p_star) / p_star
+                    line += (f" {r['epochs_to_1e-4']} | {r['worst_over_min']:.2f}; "
+                             f"{r['worst_over_min_plain']:.2f} | "
+                             f"{r['primal_excess']:.1e} |")  # fmt: skip
+                out.append(r)
+                print(line, flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

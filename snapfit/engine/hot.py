@@ -194,6 +194,7 @@ class HotBlock:
         self.chol: tuple | None = None  # of I + M (``cho_factor``'s)
         self.seen: np.ndarray | None = None  # the w_H the last round's rows read
         self._last: np.ndarray | None = None  # the residual of the last plain Newton step
+        self.length = 0.0  # the last step's length in Newton steps (> 1: extrapolated)
         # The epoch's gap estimate is the rows' gap terms times ``calibration``: the terms
         # leave out the hot block's lag, which the exact check measures (``calibrate``).
         self.sum_g = 0.0
@@ -243,6 +244,7 @@ class HotBlock:
         if t == 1.0 and extrapolate and self._last is not None:
             t = aitken_length(r, self._last)
         self._last = r if t == 1.0 else None
+        self.length = t
         w[self.hot] = w_h + t * d_h
         self.steps += 1
 
