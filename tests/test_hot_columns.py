@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from click.testing import CliRunner
 from sklearn.exceptions import ConvergenceWarning
 
@@ -161,3 +162,22 @@ def test_the_hot_step_is_extrapolated_along_a_residual_that_keeps_its_direction(
     assert hot.aitken_length(1.1 * rk, rk) == 1.0  # grew
     assert hot.aitken_length(-0.5 * rk, rk) == 1.0  # overshot
     assert hot.aitken_length(0.4 * rk, np.zeros(50)) == 1.0
+
+
+def test_the_curvature_factor_is_the_same_on_any_machine(monkeypatch):
+    """``I + scale sum_i c_i x_i x_i^T``'s Cholesky factor, its sum cut into parts by rows:
+    the dense product's, and bit for bit the same whether the parts run on one thread or two."""
+    rng = np.random.default_rng(0)
+    n, nh = 40_000, 30
+    rows = [np.sort(rng.choice(nh, size=rng.integers(1, 8), replace=False)) for _ in range(n)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    x = sp.csr_matrix((rng.normal(size=indptr[-1]), np.concatenate(rows), indptr), (n, nh))
+    coef = rng.uniform(0.0, 0.25, n)
+    coef[::7] = 0.0
+    c, lower = hot.curvature_factor(x, coef, 3.0)
+    low = np.tril(c)
+    dense = np.eye(nh) + 3.0 * (x.T @ sp.diags(coef) @ x).toarray()
+    assert lower
+    np.testing.assert_allclose(low @ low.T, dense, rtol=1e-10, atol=1e-9)
+    monkeypatch.setattr(hot.os, "cpu_count", lambda: 1)
+    assert np.array_equal(np.tril(hot.curvature_factor(x, coef, 3.0)[0]), low)
