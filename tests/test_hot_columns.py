@@ -181,27 +181,3 @@ def test_the_curvature_factor_is_the_same_on_any_machine(monkeypatch):
     np.testing.assert_allclose(low @ low.T, dense, rtol=1e-10, atol=1e-9)
     monkeypatch.setattr(hot.os, "cpu_count", lambda: 1)
     assert np.array_equal(np.tril(hot.curvature_factor(x, coef, 3.0)[0]), low)
-
-
-def test_the_gap_estimate_forgets_the_lag_at_the_rate_checks_measure():
-    """The rows' gap terms are scaled by the last check's ratio of exact gap to them, its
-    excess over 1 falling by ``LAG_DECAY`` an epoch until a second check measures how fast
-    it fell (never faster than ``LAG_DECAY``, never growing)."""
-    hb = hot.HotBlock(np.array([4]), 4, hot.Sample.of([]), 100, 1.0)
-    assert hb.factor() == 1.0 and hb.decay == hot.LAG_DECAY == 0.5
-    hb.sum_g, hb.since = 1.0, 3
-    hb.calibrate(101.0, 10.0)  # the first check: the lag is 100x the rows' terms
-    assert hb.factor() == 101.0 and hb.p_scale == 10.0
-    hb.since = 2
-    assert hb.factor() == pytest.approx(1 + 100 * 0.25)
-    assert hb.rel_gap(2.0) == pytest.approx(2.0 * 26 / 10.0)
-    hb.sum_g, hb.since = 1.0, 4
-    hb.calibrate(51.0, 10.0)  # the excess halved in 4 epochs: 2^(-1/4) an epoch
-    assert hb.decay == pytest.approx(0.5**0.25)
-    hb.sum_g, hb.since = 1.0, 1
-    hb.calibrate(1.0, 10.0)  # no excess left: the fastest decay
-    assert hb.decay == 0.5 and hb.factor() == 1.0
-    hb.sum_g, hb.since = 1.0, 2
-    hb.calibrate(3.0, 10.0)  # the lag grew from nothing: kept as measured
-    hb.since = 5
-    assert hb.decay == 1.0 and hb.factor() == 3.0

@@ -46,10 +46,6 @@ from snapfit.solvers import cpu, hybrid
 SAMPLE_ROWS = 65_536  # rows the hot set is counted over and M summed over, at most
 P_DENSE = hybrid.P_DENSE  # a column held by more than this share of the rows is hot
 OMEGA_MAX = 2.0  # the hot step's length at most, in Newton steps (``aitken_length``)
-#: The estimate's lag factor (the last check's exact gap over its rows' gap terms, less 1)
-#: falls by this much an epoch until two checks measure it: the hot block's lag falls faster
-#: than the rows' terms (on 200k rows, C = 0.1: from 417 at epoch 8 to 1.6-2.7 at 12-13).
-LAG_DECAY = 0.5
 GRAM_THREADS = 2  # threads summing M at most (each its own |H|^2 square: 32 MB at 2,000)
 
 
@@ -231,37 +227,21 @@ class HotBlock:
         # The best dual of the exact checks so far: every one is a lower bound of P*, and under
         # the hot block they are not monotone (``best_dual``).
         self.dual_bound = -np.inf
-        # The epoch's gap estimate is the rows' gap terms times ``factor()``: the terms leave
-        # out the hot block's lag, which the exact check measures (``calibrate``).
+        # The epoch's gap estimate is the rows' gap terms times ``calibration``: the terms
+        # leave out the hot block's lag, which the exact check measures (``calibrate``).
         self.sum_g = 0.0
-        self.calibration = 1.0  # the last check's exact gap over its rows' gap terms
-        self.calibrated = False  # whether a check has measured it
-        self.decay = LAG_DECAY  # how fast its excess over 1 falls an epoch
-        self.since = 0  # epochs since that check
+        self.calibration = 1.0
         # The primal the estimated gaps are relative to: the last exact check's, at first the
         # primal at w = 0, sum_i C_i log 2 (over the sample, scaled to all rows).
         self.p_scale = max(self.scale * float(np.sum(sample.c)) * np.log(2.0), 1e-300)
 
     def calibrate(self, exact_gap: float, primal: float) -> None:
         """Scale later estimates by what the exact gap was against the last epoch's rows'
-        gap terms (never below 1), the excess over 1 falling by ``decay`` an epoch: at first
-        ``LAG_DECAY``, then what the last two checks saw (at most 1: the estimate then waits
-        as long as the ratio says); take their scale from the exact primal."""
+        gap terms (never below 1: the estimate only waits longer for the next check), and
+        take their scale from the exact primal."""
         if self.sum_g > 0.0:
-            ratio = max(1.0, exact_gap / self.sum_g)
-            was, now = self.calibration - 1.0, ratio - 1.0
-            if self.calibrated and was > 0.0 and self.since > 0:
-                self.decay = min(1.0, max(LAG_DECAY, (now / was) ** (1.0 / self.since)))
-            elif self.calibrated and now > 0.0:  # the lag grew from nothing: no decay
-                self.decay = 1.0
-            self.calibration = ratio
-            self.calibrated = True
-        self.since = 0
+            self.calibration = max(1.0, exact_gap / self.sum_g)
         self.p_scale = max(abs(primal), 1e-300)
-
-    def factor(self) -> float:
-        """What the rows' gap terms are scaled by this epoch (``calibrate``)."""
-        return 1.0 + (self.calibration - 1.0) * self.decay**self.since
 
     def best_dual(self, dual: float) -> float:
         """The best of ``dual`` and the earlier exact checks' duals, the certificate's: each is
@@ -274,8 +254,8 @@ class HotBlock:
 
     def rel_gap(self, gap: float) -> float:
         """An epoch's estimated relative gap from its rows' gap terms ``gap``: scaled by what
-        the last exact check found (``factor``), relative to the last exact primal."""
-        return gap * self.factor() / self.p_scale
+        the last exact check found, relative to the last exact primal."""
+        return gap * self.calibration / self.p_scale
 
     def step(self, w: np.ndarray, extrapolate: bool = True) -> None:
         """The hot step on ``w`` (in place): ``w_H <- w_H - (I + M)^-1 (w_H - v_H)``, damped

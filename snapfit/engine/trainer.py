@@ -523,7 +523,6 @@ class Trainer:
         yet, measured 10-1000x the next epoch's on 1M rows). Returns the dual's quadratic
         term (for the epoch's record) and the step's seconds."""
         t0 = time.perf_counter()
-        self.hot.since += 1
         moves = self._group.each(lambda t: self.units[t].hot_moves(), "hot_moves")
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
@@ -574,7 +573,7 @@ class Trainer:
         if hot is not None:  # the rows' gaps, scaled by what the last exact check found
             wsq, step_s = hot
             self.hot.sum_g = gap
-            gap *= self.hot.factor()
+            gap *= self.hot.calibration
             seconds += step_s
         rec = EpochRecord.from_pass(
             epoch=self.epoch, w=self.w, entropy=ent, gap=gap, seconds=seconds,
