@@ -47,6 +47,9 @@ class ChunkSource(ABC):
     #: True when chunk ``k`` holds other rows every epoch (pieces re-dealt): a device may keep
     #: pieces, but never a chunk's ``alpha``, across epochs.
     redeals: bool = False
+    #: True when ``epoch`` yields the same chunk objects every time (in memory): what a unit
+    #: derives from a chunk (the hot block's relabeled ids) may be kept by chunk id.
+    stable_chunks: bool = False
 
     @property
     @abstractmethod
@@ -150,6 +153,8 @@ class ChunkSource(ABC):
 
 class InMemorySource(ChunkSource):
     """Chunks already in memory: every chunk is resident, nothing to wait for."""
+
+    stable_chunks = True
 
     def __init__(self, chunks: Sequence[Chunk], n_features: int):
         self.chunks = list(chunks)

@@ -37,7 +37,7 @@ import numpy as np
 from snapfit.engine.hot import HotBlock, exact_dual, sample_rows
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.shared import HotSlots, count_step
-from snapfit.engine.source import ChunkSource, InMemorySource
+from snapfit.engine.source import ChunkSource
 from snapfit.engine.split import RateMeter, proportional_split
 from snapfit.engine.state import DualState
 from snapfit.engine.steal import RowBoard
@@ -172,8 +172,7 @@ class Trainer:
                 "copy it to the host (e.g. X.get()) or fit without hot_columns."
             )
         self.hot = sample_rows(self)
-        keep = isinstance(self.source, InMemorySource)  # its chunks stay the same objects
-        labels = HotLabels(self.hot.hot_pos, self.hot.nh, keep)
+        labels = HotLabels(self.hot.hot_pos, self.hot.nh, self.source.stable_chunks)
         self._group.each(lambda t: self.units[t].set_hot(labels), "set_hot")
 
     def refresh_hot(self) -> None:
