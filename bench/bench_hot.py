@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from bench import cores
-from bench.sets import load_xy, make_set
+from bench.sets import fit_inputs, load_xy, make_set
 
 TARGET = 1e-4
 SYSTEMS = {
@@ -37,14 +37,11 @@ SYSTEMS = {
 
 
 def one(X, y, C, bias, n_jobs, hot, seed) -> dict:
-    from snapfit.engine import Devices, InMemorySource, Problem
-    from snapfit.inputs import csr_chunks
+    from snapfit.engine import Devices
     from snapfit.train import train
 
-    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
-    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=TARGET,
-                      max_iter=1000, seed=seed, hot_columns=hot)  # fmt: skip
+    source, problem = fit_inputs(X, y, C, bias, tol=TARGET, max_iter=1000, seed=seed,
+                                 hot_columns=hot)  # fmt: skip
     t0 = time.perf_counter()
     res = train(source, problem, devices=Devices(n_cpu=n_jobs), keep_alpha=False)
     fit_s = time.perf_counter() - t0

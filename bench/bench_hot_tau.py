@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from bench.sets import load_xy, make_set
+from bench.sets import fit_inputs, load_xy, make_set
 from snapfit.engine.units import CpuUnit
 from snapfit.solvers import cpu, emulate, hybrid
 
@@ -88,15 +88,11 @@ class EmulatedGpu(CpuUnit):
 
 
 def one(X, y, C, bias, tau, hot, max_epochs, tol=TARGET, trace=False) -> dict:
-    from snapfit.engine import Devices, InMemorySource, Problem
+    from snapfit.engine import Devices
     from snapfit.engine.loop import run_epochs
     from snapfit.engine.trainer import Trainer
-    from snapfit.inputs import csr_chunks
 
-    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
-    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=tol,
-                      max_iter=max_epochs, hot_columns=hot)  # fmt: skip
+    source, problem = fit_inputs(X, y, C, bias, tol=tol, max_iter=max_epochs, hot_columns=hot)
 
     def unit(i, src, prob, sigma=1.0):
         return EmulatedGpu(i, src, prob, sigma=sigma, tau=tau)
@@ -143,14 +139,10 @@ def one(X, y, C, bias, tau, hot, max_epochs, tol=TARGET, trace=False) -> dict:
 
 def optimum(X, y, C, bias) -> float:
     """``P*``: one CPU thread, today's rule, to a relative gap of 1e-10."""
-    from snapfit.engine import Devices, InMemorySource, Problem
-    from snapfit.inputs import csr_chunks
+    from snapfit.engine import Devices
     from snapfit.train import train
 
-    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    source = InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
-    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, tol=1e-10,
-                      max_iter=5000)  # fmt: skip
+    source, problem = fit_inputs(X, y, C, bias, tol=1e-10, max_iter=5000)
     res = train(source, problem, devices=Devices(n_cpu=1), keep_alpha=False)
     return float(res.history[-1].primal)
 

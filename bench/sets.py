@@ -177,3 +177,21 @@ def make_set(kind: str, rows: int, *, seed: int = 0, log=print) -> str:
 def meta_of(path: str) -> dict:
     with open(os.path.join(path, "meta.json")) as f:
         return json.load(f)
+
+
+def memory_source(X, y):
+    """A loaded set (``load_xy``: labels in {0, 1}) as the engine's in-memory source."""
+    from snapfit.engine import InMemorySource
+    from snapfit.inputs import csr_chunks
+
+    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
+
+
+def fit_inputs(X, y, C: float, bias: float, **problem):
+    """``(memory_source, problem)`` for an engine fit with ``C`` for both classes and
+    ``bias``, the rest of ``Problem``'s fields from ``problem``."""
+    from snapfit.engine import Problem
+
+    problem = Problem(n_features=X.shape[1], c_pos=C, c_neg=C, bias=bias, **problem)
+    return memory_source(X, y), problem

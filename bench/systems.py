@@ -135,13 +135,11 @@ def _stream_source(spec):
 
 
 def _snapfit_source(spec, X, y):
-    from snapfit.engine import InMemorySource
-    from snapfit.inputs import csr_chunks
+    from bench.sets import memory_source
 
     if spec["system"] == "snapfit-ooc":
         return _stream_source(spec)
-    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
-    return InMemorySource(csr_chunks(X, y_pm, None, None), X.shape[1])
+    return memory_source(X, y)
 
 
 def run_snapfit(spec, X, y) -> dict:
