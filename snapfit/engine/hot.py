@@ -212,6 +212,7 @@ class HotBlock:
         self.nh = len(self.hot)
         self.hot_pos = np.full(n_features + 1, -1, np.int64)
         self.hot_pos[self.hot] = np.arange(self.nh)
+        self.labels = None  # the units' relabeling (``hot_pass.HotLabels``), the trainer's
         self.v_h = np.zeros(self.nh)
         self.fresh = True
         self.sample = sample
@@ -335,20 +336,25 @@ GRID = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5])  # steps of th
 
 @njit(nogil=True, cache=True)
 def lag_terms(
-    indptr, indices, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, alpha,
-    hot_pos, delta, grid, v, dv, ent, ent1, bend,
+    indptr, ids, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, alpha, ib,
+    delta, grid, vd, ent, ent1, bend,
 ):  # fmt: skip
     """The dual's sums over a chunk's rows, at ``alpha`` and corrected for the last hot
     step's lag: each row's ``alpha`` answered ``w_H`` before the step moved it by ``delta``;
     to first order it would have moved by ``da_i = -a_i (C_i - a_i) / C_i y_i x_iH . delta``.
-    Adds ``v(alpha) = sum_i a_i y_i x_i`` into ``v`` and ``sum_i da_i y_i x_i`` into ``dv``
-    (all of ``x_i``, the intercept last) and, for each step ``grid[j]``, the rows' dual
-    entropy at ``a_i + grid[j] da_i`` into ``ent[j]`` (``inf`` once a row leaves
-    ``[0, C_i]``) and its slope in the step into ``ent1[j]``; into ``bend[j]`` the sum over
-    rows of the larger of each row's entropy curvature at ``grid[j]`` and ``grid[j + 1]``,
-    which bounds the sum's curvature between them (``line_dual``)."""
-    d = len(dv) - 1
-    ib = hot_pos[d]
+    On relabeled ``ids`` (``HotLabels``: hot position ``h`` is id ``d + 1 + h``; the
+    intercept's position ``ib``, -1 when cold), adds ``v(alpha) = sum_i a_i y_i x_i`` into
+    ``vd[:, 0]`` and ``sum_i da_i y_i x_i`` into ``vd[:, 1]`` (``d + 1 + nh`` rows in that
+    order: the two side by side, one cache line per column; the table look-ups and separate
+    arrays of the first version made this pass 5-7x a ``cd_pass``) and, for each step
+    ``grid[j]``, the rows' dual entropy at ``a_i + grid[j] da_i`` into ``ent[j]`` (``inf``
+    once a row leaves ``[0, C_i]``) and its slope in the step into ``ent1[j]``; into
+    ``bend[j]`` the sum over rows of the larger of each row's entropy curvature at
+    ``grid[j]`` and ``grid[j + 1]``, which bounds the sum's curvature between them
+    (``line_dual``)."""
+    nh = len(delta)
+    d = vd.shape[0] - 1 - nh
+    jb = d + 1 + ib if ib >= 0 else d  # the intercept's row of vd
     e2 = np.empty(len(grid))
     for i in range(len(indptr) - 1):
         yi = y[i]
@@ -358,20 +364,20 @@ def lag_terms(
         a, ca = cpu.unpack_alpha(alpha[i], c)
         lag = delta[ib] * bias if ib >= 0 else 0.0
         for k in range(indptr[i], indptr[i + 1]):
-            h = hot_pos[indices[k]]
-            if h >= 0:
-                lag += delta[h] * (values[k] if has_values else 1.0)
+            j = ids[k]
+            if j > d:
+                lag += delta[j - d - 1] * (values[k] if has_values else 1.0)
         da = -(a * ca / c) * yi * lag
-        if a != 0.0:
-            ay = a * yi
-            v[d] += ay * bias
+        ay = a * yi
+        step = da * yi
+        if a != 0.0 or da != 0.0:
+            vd[jb, 0] += ay * bias
+            vd[jb, 1] += step * bias
             for k in range(indptr[i], indptr[i + 1]):
-                v[indices[k]] += ay * values[k] if has_values else ay
-        if da != 0.0:
-            step = da * yi
-            dv[d] += step * bias
-            for k in range(indptr[i], indptr[i + 1]):
-                dv[indices[k]] += step * values[k] if has_values else step
+                x = values[k] if has_values else 1.0
+                j = ids[k]
+                vd[j, 0] += ay * x
+                vd[j, 1] += step * x
         for j in range(len(grid)):
             an = a + grid[j] * da
             cn = ca - grid[j] * da
@@ -428,19 +434,23 @@ def exact_dual(tr) -> float:
     tr.sync_alpha()
     order, plan = tr._whole_plan()
     tr._group.each(lambda t: tr.units[t].begin(tr.w, len(plan[t])), "begin")
-    g = len(GRID)
-    sums = [(np.zeros_like(tr.w), np.zeros_like(tr.w), np.zeros(g), np.zeros(g), np.zeros(g - 1))
+    g, lab = len(GRID), hb.labels
+    d = lab.d
+    sums = [(np.zeros((d + 1 + hb.nh, 2)), np.zeros(g), np.zeros(g), np.zeros(g - 1))
             for _ in range(tr.k)]  # fmt: skip
 
     def lag(t, item, chunk):
         lo, hi = item_span(item, chunk.n_rows)
         alpha = tr.state.alpha_of(item.k)[lo:hi]
-        lag_terms(*cpu.chunk_args(chunk, lo, hi), p.c_pos, p.c_neg, p.bias, alpha, hb.hot_pos,
-                  delta, GRID, *sums[t])  # fmt: skip
+        args = cpu.chunk_args(chunk, lo, hi)
+        ids = lab.ids(cpu.chunk_args(chunk), item.k)
+        lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha, lab.ib, delta, GRID,
+                  *sums[t])  # fmt: skip
         return [(item, ())]
 
     tr._run(order, plan, lag)
-    v, dv, ent, ent1, bend = (sum(s[i] for s in sums) for i in range(5))
-    hb.v_h[:] = v[hb.hot]
+    vd, ent, ent1, bend = (sum(s[i] for s in sums) for i in range(4))
+    v, dv = vd[:, 0], vd[:, 1]  # over [w | w_H]: the hot columns' own places stay 0
+    hb.v_h[:] = v[d + 1 :]
     hb.fresh = True
     return line_dual(float(v @ v), float(v @ dv), float(dv @ dv), GRID, ent, ent1, bend)

@@ -173,6 +173,7 @@ class Trainer:
             )
         self.hot = sample_rows(self)
         labels = HotLabels(self.hot.hot_pos, self.hot.nh, self.source.stable_chunks)
+        self.hot.labels = labels  # the exact checks read the relabeled ids too
         self._group.each(lambda t: self.units[t].set_hot(labels), "set_hot")
 
     def refresh_hot(self) -> None:

@@ -58,6 +58,16 @@ class HotLabels:
                 got = self._kept[key] = (args[1], *self._make(args, sqnorm))
         return got[1], got[2]
 
+    def ids(self, args: tuple, key=None) -> np.ndarray:
+        """A whole chunk's relabeled ids alone: those ``of`` kept for chunk ``key``, else made
+        (a gather through ``code``; no norms)."""
+        if self.keep and key is not None:
+            with self._lock:
+                got = self._kept.get(key)
+            if got is not None and got[0] is args[1]:
+                return got[1]
+        return self.code[args[1]]
+
     def _make(self, args, sqnorm):
         indptr, indices, values, has_values = args[:4]
         ids = np.empty(len(indices), np.int32)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from snapfit.engine.hot import GRID, lag_terms, line_dual
 from snapfit.solvers import dual
+from snapfit.solvers.hot_pass import HotLabels
 
 
 def _line(seed: int, spread: float, shift: float, peak: float | None = None):
@@ -35,12 +36,18 @@ def _line(seed: int, spread: float, shift: float, peak: float | None = None):
     delta = spread * rng.standard_normal(len(hot))
     # v(alpha) off its hot part: what the correction closes (shift: how far)
     g = len(GRID)
-    v, dv = np.zeros(d + 1), np.zeros(d + 1)
+    vd = np.zeros((d + 1 + len(hot), 2))
     ent, ent1, bend = np.zeros(g), np.zeros(g), np.zeros(g - 1)
+    lab = HotLabels(hot_pos, len(hot), keep=False)
     alpha = np.array([dual.pack_alpha(ai, ci - ai) for ai, ci in zip(a, c, strict=True)])
     a, ca = np.array([dual.unpack_alpha(si, ci) for si, ci in zip(alpha, c, strict=True)]).T
-    lag_terms(x.indptr, x.indices, x.data, True, y, np.ones(n), False, c_pos, c_neg, bias,
-              alpha, hot_pos, delta, GRID, v, dv, ent, ent1, bend)  # fmt: skip
+    ids = lab.ids((x.indptr, x.indices))
+    lag_terms(x.indptr, ids, x.data, True, y, np.ones(n), False, c_pos, c_neg, bias, alpha,
+              lab.ib, delta, GRID, vd, ent, ent1, bend)  # fmt: skip
+    assert not vd[hot, :].any()  # the hot columns' own places stay empty
+    # back to the data's columns: cold ones in place, hot ones from their positions
+    v, dv = vd[: d + 1, 0].copy(), vd[: d + 1, 1].copy()
+    v[hot], dv[hot] = vd[d + 1 :, 0], vd[d + 1 :, 1]
     v[hot] += shift * rng.standard_normal(len(hot))  # a w_H the rows have not answered
     if peak is not None:
         v += -(peak + float(v @ dv) / float(dv @ dv)) * dv
