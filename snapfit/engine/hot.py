@@ -24,8 +24,9 @@ with ``v(alpha) = (w_S, v_H)``)::
     P(w) - D(alpha) = sum_i g_i + 1/2 ||w_H - v_H(alpha)||^2.
 
 Measured in the trainer (``bench.bench_hot_tau``: an emulated GPU unit, 200k Criteo-like
-rows, C = 0.1): a relative gap of 1e-4 in 16-17 epochs at 1 to 4,096 rows in flight (20
-without the extrapolation), where sequential dual CD took 23; docs/gpu-performance-model.md.
+rows, C = 0.1): a relative gap of 1e-4 in 11-13 epochs at 1 to 4,096 rows in flight (20
+without the extrapolation, 16-17 with a dual on nine steps of the lag correction instead of
+its best, ``line_dual``), where sequential dual CD took 23; docs/gpu-performance-model.md.
 """
 
 from __future__ import annotations
