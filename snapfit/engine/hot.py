@@ -443,8 +443,8 @@ def exact_dual(tr) -> float:
     def lag(t, item, chunk):
         lo, hi = item_span(item, chunk.n_rows)
         alpha = tr.state.alpha_of(item.k)[lo:hi]
-        args = cpu.chunk_args(chunk, lo, hi)
-        ids = lab.ids(cpu.chunk_args(chunk), item.k)
+        args = cpu.chunk_args(chunk, lo, hi)  # its indices are the whole chunk's, as ids are
+        ids = lab.ids(args, item.k)
         lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha, lab.ib, delta, GRID,
                   *sums[t])  # fmt: skip
         return [(item, ())]

@@ -28,10 +28,11 @@ from snapfit.solvers import cpu
 
 
 class HotLabels:
-    """The hot block's relabeling of the chunks for CPU units, shared by a trainer's units:
-    ``of`` gives a chunk's relabeled ids (int32, 4 bytes a stored value) and its rows' cold
-    norms (8 bytes a row), kept per chunk number when ``keep`` (an in-memory source's chunks
-    stay the same objects) and made again per call otherwise (a streamed chunk is read anew)."""
+    """The hot block's relabeling of the chunks for CPU units, shared by a trainer's units and
+    read by its exact checks (``hot.lag_terms``): ``of`` gives a chunk's relabeled ids (int32,
+    4 bytes a stored value) and its rows' cold norms (8 bytes a row), kept per chunk number
+    when ``keep`` (an in-memory source's chunks stay the same objects) and made again per call
+    otherwise (a streamed chunk is read anew)."""
 
     def __init__(self, hot_pos: np.ndarray, nh: int, keep: bool):
         self.hot_pos = np.ascontiguousarray(hot_pos, np.int64)
