@@ -47,6 +47,7 @@ from snapfit.solvers import cpu, hybrid
 SAMPLE_ROWS = 65_536  # rows the hot set is counted over and M summed over, at most
 P_DENSE = hybrid.P_DENSE  # a column held by more than this share of the rows is hot
 OMEGA_MAX = 2.0  # the hot step's length at most, in Newton steps (``aitken_length``)
+STALL_EPOCHS = 4  # epochs in a row with no new lowest estimate that force an exact check
 GRAM_THREADS = 2  # threads summing M at most (each its own |H|^2 square: 32 MB at 2,000)
 
 
@@ -236,6 +237,11 @@ class HotBlock:
         # The primal the estimated gaps are relative to: the last exact check's, at first the
         # primal at w = 0, sum_i C_i log 2 (over the sample, scaled to all rows).
         self.p_scale = max(self.scale * float(np.sum(sample.c)) * np.log(2.0), 1e-300)
+        # The lowest estimate since the last exact check, the epochs since that were no lower,
+        # and whether this epoch's check is forced by them (``stalled``).
+        self.low = np.inf
+        self.stale = 0
+        self.force = False
 
     def calibrate(self, exact_gap: float, primal: float) -> None:
         """Scale later estimates by what the exact gap was against the last epoch's rows'
@@ -244,6 +250,22 @@ class HotBlock:
         if self.sum_g > 0.0:
             self.calibration = max(1.0, exact_gap / self.sum_g)
         self.p_scale = max(abs(primal), 1e-300)
+        self.low, self.stale, self.force = np.inf, 0, False
+
+    def stalled(self, estimate: float) -> bool:
+        """Count an epoch's ``estimate``: True when it is the ``STALL_EPOCHS``-th in a row since
+        the last exact check that is no new lowest one (the trainer then checks anyway). Why:
+        the rows' gap terms can rise while the exact gap falls (after long hot steps they
+        measure the rows' answer to the step more than the gap), and the ratio, never below 1,
+        cannot bring such an estimate down: on 1M rows with steps of up to 3 Newton steps the
+        trainer ran to epoch 57, its exact gap below its 1e-4 from epoch 30. A falling estimate
+        makes a new low every epoch or two (extrapolated epochs read higher than plain ones),
+        so a fit that converges as it should is never forced."""
+        if estimate < self.low:
+            self.low, self.stale = estimate, 0
+        else:
+            self.stale += 1
+        return self.stale >= STALL_EPOCHS
 
     def best_dual(self, dual: float) -> float:
         """The best of ``dual`` and the earlier exact checks' duals, the certificate's: each is

@@ -518,18 +518,25 @@ class Trainer:
 
     def _hot_round(self, gap: float) -> tuple[float, float]:
         """After a pass under the hot block: the units' hot moves into ``v_H``, then the hot
-        step, not extrapolated when the pass's ``gap`` terms say the epoch will be checked
-        (the exact gap right after an extrapolated step, which the rows have not answered
-        yet, measured 10-1000x the next epoch's on 1M rows). Returns the dual's quadratic
-        term (for the epoch's record) and the step's seconds."""
+        step, not extrapolated when the epoch will be checked (its estimate is below ``tol``
+        or has stalled, ``HotBlock.stalled``): the exact gap right after an extrapolated step,
+        which the rows have not answered yet, measured 10-1000x the next epoch's on 1M rows.
+        Returns the dual's quadratic term (for the epoch's record) and the step's seconds."""
         t0 = time.perf_counter()
         moves = self._group.each(lambda t: self.units[t].hot_moves(), "hot_moves")
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
-        checked = self.hot.rel_gap(gap) <= self.problem.tol
+        estimate = self.hot.rel_gap(gap)
+        self.hot.force = self.hot.stalled(estimate)
+        checked = estimate <= self.problem.tol or self.hot.force
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
         return dual_sq, time.perf_counter() - t0
+
+    def check_due(self) -> bool:
+        """Whether the last epoch must be checked exactly whatever its estimate says (under the
+        hot block, when the estimate has stalled: ``HotBlock.stalled``)."""
+        return self.hot is not None and self.hot.force
 
     def _shared_pass(self, order, plan, w0: np.ndarray | None) -> list:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with
