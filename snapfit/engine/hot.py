@@ -259,7 +259,7 @@ class HotBlock:
         measure the rows' answer to the step more than the gap), and the ratio, never below 1,
         cannot bring such an estimate down: on 1M rows with steps of up to 3 Newton steps the
         trainer ran to epoch 57, its exact gap below its 1e-4 from epoch 30. A falling estimate
-        makes a new low every epoch or two (extrapolated epochs read higher than plain ones),
+        makes a new low every epoch or two (plain and extrapolated epochs read differently),
         so a fit that converges as it should is never forced."""
         if estimate < self.low:
             self.low, self.stale = estimate, 0

@@ -24,7 +24,7 @@ def _block():
 
 def test_a_stalled_estimate_forces_a_check_and_a_check_starts_the_count_again():
     hb, k = _block(), hot.STALL_EPOCHS
-    # falling, or a new low every other epoch (extrapolated epochs read lower): never forced
+    # falling, or a new low every other epoch (plain and extrapolated epochs differ): never forced
     assert not any(hb.stalled(e) for e in [1.0, 0.5, 0.7, 0.3, 0.4, 0.2, 0.25, 0.1])
     # then k epochs in a row with no new low: the k-th is forced
     assert [hb.stalled(e) for e in [0.2, 0.15, 0.3, 0.1][: k - 1] + [0.1]] == [False] * (k - 1) + [
