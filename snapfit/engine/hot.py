@@ -237,11 +237,10 @@ class HotBlock:
         # The primal the estimated gaps are relative to: the last exact check's, at first the
         # primal at w = 0, sum_i C_i log 2 (over the sample, scaled to all rows).
         self.p_scale = max(self.scale * float(np.sum(sample.c)) * np.log(2.0), 1e-300)
-        # The lowest estimate since the last exact check, the epochs since that were no lower,
-        # and whether this epoch's check is forced by them (``stalled``).
+        # The lowest estimate since the last exact check and the epochs since that were no
+        # lower (``stalled``).
         self.low = np.inf
         self.stale = 0
-        self.force = False
 
     def calibrate(self, exact_gap: float, primal: float) -> None:
         """Scale later estimates by what the exact gap was against the last epoch's rows'
@@ -250,7 +249,7 @@ class HotBlock:
         if self.sum_g > 0.0:
             self.calibration = max(1.0, exact_gap / self.sum_g)
         self.p_scale = max(abs(primal), 1e-300)
-        self.low, self.stale, self.force = np.inf, 0, False
+        self.low, self.stale = np.inf, 0
 
     def stalled(self, estimate: float) -> bool:
         """Count an epoch's ``estimate``: True when it is the ``STALL_EPOCHS``-th in a row since
@@ -265,6 +264,11 @@ class HotBlock:
             self.low, self.stale = estimate, 0
         else:
             self.stale += 1
+        return self.due
+
+    @property
+    def due(self) -> bool:
+        """Whether the last counted epoch must be checked exactly (``stalled``)."""
         return self.stale >= STALL_EPOCHS
 
     def best_dual(self, dual: float) -> float:

@@ -528,15 +528,15 @@ class Trainer:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
         estimate = self.hot.rel_gap(gap)
-        self.hot.force = self.hot.stalled(estimate)
-        checked = estimate <= self.problem.tol or self.hot.force
+        stalled = self.hot.stalled(estimate)  # counted every epoch, before the test below
+        checked = estimate <= self.problem.tol or stalled
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
         return dual_sq, time.perf_counter() - t0
 
     def check_due(self) -> bool:
         """Whether the last epoch must be checked exactly whatever its estimate says (under the
         hot block, when the estimate has stalled: ``HotBlock.stalled``)."""
-        return self.hot is not None and self.hot.force
+        return self.hot is not None and self.hot.due
 
     def _shared_pass(self, order, plan, w0: np.ndarray | None) -> list:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with

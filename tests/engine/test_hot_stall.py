@@ -31,7 +31,7 @@ def test_a_stalled_estimate_forces_a_check_and_a_check_starts_the_count_again():
         True
     ]
     hb.calibrate(1e-3, 10.0)  # the check: the count and the low start again
-    assert (hb.stale, hb.low, hb.force) == (0, np.inf, False)
+    assert (hb.stale, hb.low, hb.due) == (0, np.inf, False)
     assert [hb.stalled(0.3) for _ in range(k + 1)] == [False] * k + [True]
 
 
