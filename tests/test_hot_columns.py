@@ -181,3 +181,30 @@ def test_the_curvature_factor_is_the_same_on_any_machine(monkeypatch):
     np.testing.assert_allclose(low @ low.T, dense, rtol=1e-10, atol=1e-9)
     monkeypatch.setattr(hot.os, "cpu_count", lambda: 1)
     assert np.array_equal(np.tril(hot.curvature_factor(x, coef, 3.0)[0]), low)
+
+
+def test_the_sample_and_its_hot_part_are_scipys_matrices():
+    """``sample_matrix`` adds the intercept's column and keeps a column stored twice in a
+    row (its products are the summed matrix's); ``hot_part`` is scipy's column selection of
+    the summed matrix, stored zeros out, each row's positions ascending and unique, as
+    ``weighted_gram`` needs."""
+    rng = np.random.default_rng(3)
+    n, d = 500, 60
+    counts = rng.integers(0, 12, n)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = rng.integers(0, d, indptr[-1]).astype(np.int64)  # duplicates within rows
+    values = rng.normal(size=indptr[-1])
+    values[::9] = 0.0
+    sample = hot.Sample(indptr, indices, values, np.ones(n), np.ones(n))
+    x = hot.sample_matrix(sample, d, 2.5)
+    ref = sp.csr_matrix((values, indices, indptr), shape=(n, d + 1)).toarray()
+    ref[:, d] = 2.5
+    w = rng.normal(size=d + 1)
+    np.testing.assert_allclose(x @ w, ref @ w, rtol=1e-12, atol=1e-12)
+    hot_ids = np.array([d, 5, 17, 3, 40])
+    hot_pos = np.full(d + 1, -1, np.int64)
+    hot_pos[hot_ids] = np.arange(len(hot_ids))
+    ptr, pos, val = hot.hot_part(x.indptr, x.indices, x.data, hot_pos)
+    want = sp.csr_matrix(ref[:, hot_ids])
+    assert np.array_equal(ptr, want.indptr) and np.array_equal(pos, want.indices)
+    np.testing.assert_allclose(val, want.data, rtol=1e-12)
