@@ -50,7 +50,7 @@ def run_epochs(
         while not converged and tr.epoch < problem.max_iter:
             rec = tr.run_epoch()
             last = tr.epoch >= problem.max_iter
-            if rec.rel_gap <= problem.tol or last or tr.check_due():
+            if last or tr.wants_check(rec, problem.tol):
                 tr.confirm(rec)
                 converged = rec.rel_gap <= problem.tol
             tr.history.append(rec)

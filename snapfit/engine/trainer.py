@@ -533,10 +533,13 @@ class Trainer:
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
         return dual_sq, time.perf_counter() - t0
 
-    def check_due(self) -> bool:
-        """Whether the last epoch must be checked exactly whatever its estimate says (under the
-        hot block, when the estimate has stalled: ``HotBlock.stalled``)."""
-        return self.hot is not None and self.hot.due
+    def wants_check(self, rec: EpochRecord, tol: float) -> bool:
+        """Whether the epoch just run (``rec``) is checked exactly: its estimate is at most
+        ``tol``; under the hot block also when the estimate has stalled (``HotBlock.stalled``),
+        and not right after a damped hot step (``HotBlock.hold``)."""
+        if self.hot is None:
+            return rec.rel_gap <= tol
+        return (rec.rel_gap <= tol or self.hot.due) and not self.hot.hold()
 
     def _shared_pass(self, order, plan, w0: np.ndarray | None) -> list:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with

@@ -46,3 +46,42 @@ def test_a_fit_whose_estimate_never_falls_is_stopped_by_its_exact_checks(monkeyp
     assert res.converged and res.history[-1].rel_gap <= 1e-4
     assert res.n_iter < 200
     assert checked == list(range(hot.STALL_EPOCHS + 1, res.n_iter + 1, hot.STALL_EPOCHS + 1))
+
+
+def test_a_check_after_a_damped_step_is_put_off_at_most_twice():
+    hb = _block()
+    hb.length = 0.5  # the last step was halved
+    assert [hb.hold() for _ in range(hot.HOLD_EPOCHS + 2)] == [True] * hot.HOLD_EPOCHS + [
+        False,
+        True,
+    ]
+    for length in (1.0, 1.7, 0.0):  # plain, extrapolated, no step yet: checked at once
+        hb.length, hb.holds = length, 0
+        assert not hb.hold()
+    hb.length = 0.5
+    hb.hold()
+    hb.calibrate(1e-3, 10.0)  # a check starts the count again
+    assert hb.holds == 0
+
+
+def test_every_check_of_a_fit_whose_steps_are_all_damped_comes_after_two_held_epochs(
+    monkeypatch,
+):
+    X, y = make_criteo_like(5_000, seed=3, hash_bits=12)
+    source, problem = fit_inputs(X.tocsr(), np.where(y > 0, 1.0, -1.0), 0.1, 1.0, tol=1e-4,
+                                 max_iter=200, hot_columns=True)  # fmt: skip
+    monkeypatch.setattr(hot.HotBlock, "_damping", lambda self, *a: 0.5)
+    held: list[int] = []
+    real_hold = hot.HotBlock.hold
+
+    def hold(self):
+        out = real_hold(self)
+        held.append(out)
+        return out
+
+    monkeypatch.setattr(hot.HotBlock, "hold", hold)
+    res = train(source, problem, devices=Devices(n_cpu=1), keep_alpha=False)
+    assert res.converged and res.history[-1].rel_gap <= 1e-4
+    checks = sum(r.exact for r in res.history)
+    # each wanted check was put off twice, then taken
+    assert held == [True, True, False] * checks
