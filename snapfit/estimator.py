@@ -158,7 +158,8 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         Seeds the visiting order; the same seed and ``n_jobs`` give the same ``coef_`` (with
         one thread or ``deterministic=True``, the default).
     warm_start : bool, default=False
-        Start from the dual point paired with the previous ``coef_``.
+        Start from the dual point paired with the previous ``coef_`` (with ``hot_columns``,
+        the dense block from the previous ``coef_`` itself).
     verbose : int, default=0
         Print one line per epoch when > 0.
     checkpoint_dir : str or None

@@ -105,6 +105,26 @@ def test_a_warm_start_under_the_hot_block():
     assert abs(p - p_ref) / abs(p_ref) <= 1e-6
 
 
+@pytest.mark.parametrize("c0, tol0", [(0.1, 1e-4), (1.0, 1e-2)], ids=["C x10", "same C"])
+def test_a_warm_start_under_the_hot_block_beats_a_cold_one(c0, tol0):
+    """A warm start from ``coef_``: ``alpha`` paired with it, the cold columns ``w(alpha)``'s,
+    the hot block ``coef_``'s own (its ``v_H(alpha)`` apart, as during a fit). It takes fewer
+    epochs than a cold start. With ``w_H = v_H(alpha)``, the dual point's primal (far from
+    ``coef_`` where the dense columns are stiff), these fits took more (166 and 37 epochs
+    against 111 and 31), and on 200k Criteo-like rows C = 0.1 -> 1 did not converge in 200."""
+    X, y = make_criteo_like(5000, seed=3, hash_bits=14)
+    c1 = 1.0
+    kw = dict(random_state=0, hot_columns=True, max_iter=300)
+    warm = snapfit.LogisticRegression(C=c0, tol=tol0, **kw).fit(X, y)
+    warm.set_params(warm_start=True, C=c1, tol=1e-6).fit(X, y)
+    cold = snapfit.LogisticRegression(C=c1, tol=1e-6, **kw).fit(X, y)
+    assert warm.converged_ and cold.converged_
+    assert warm.n_iter_[0] < cold.n_iter_[0]
+    p_warm = primal(X, y, warm.coef_, warm.intercept_[0], c1)
+    p_cold = primal(X, y, cold.coef_, cold.intercept_[0], c1)
+    assert abs(p_warm - p_cold) <= 2e-6 * abs(p_cold)
+
+
 @pytest.mark.parametrize("budget", [None, 500_000], ids=["resident", "streamed"])
 def test_parquet_under_the_hot_block(tmp_path, budget):
     X, y = make_criteo_like(4000, seed=2, hash_bits=12)
