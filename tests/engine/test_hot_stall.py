@@ -71,7 +71,7 @@ def test_every_check_of_a_fit_whose_steps_are_all_damped_comes_after_two_held_ep
     source, problem = fit_inputs(X.tocsr(), np.where(y > 0, 1.0, -1.0), 0.1, 1.0, tol=1e-4,
                                  max_iter=200, hot_columns=True)  # fmt: skip
     monkeypatch.setattr(hot.HotBlock, "_damping", lambda self, *a: 0.5)
-    held: list[int] = []
+    held: list[bool] = []
     real_hold = hot.HotBlock.hold
 
     def hold(self):
