@@ -166,10 +166,12 @@ def _product(r: dict) -> list[str]:
            "Parquet file with memory_budget = the threads' w views + half the decoded data. "
            "JIT compile excluded (a warm-up fit first).", ""]  # fmt: skip
     rows = [[x["where"], x["units"], x["n_jobs"], x["seconds"], x["epochs"], x["reached"],
-             x["rel_gap"], x["s_per_epoch"], x["host_budget"], x["streamed"]]
+             x["rel_gap"], x["s_per_epoch"], x.get("exact_checks"), x.get("plain_epoch_s"),
+             x.get("check_epoch_s"), x["host_budget"], x["streamed"]]
             for x in p.get("fits", [])]  # fmt: skip
     out += _table(["data", "units", "n_jobs", "s to target", "epochs", "reached", "rel gap",
-                   "s/epoch", "host budget B", "streamed"], rows)  # fmt: skip
+                   "s/epoch", "exact checks", "epoch s", "epoch s with check", "host budget B",
+                   "streamed"], rows)  # fmt: skip
     return out + _status(p)
 
 

@@ -668,9 +668,16 @@ def section_product(out: Out, rows: int) -> None:
         epochs = int(np.max(est.n_iter_))
         if not reached and epochs < max_iter:
             out.degrade(f"time: {name} {where} stopped at {cap:.0f} s before the target")
+        checks = [h["seconds"] for h in est.history_ if h["exact"]]
+        plain = [h["seconds"] for h in est.history_ if not h["exact"]]
         res["fits"].append({
             "where": where, "units": name, "device": device, "n_jobs": jobs, "hot_columns": hot,
             "seconds": secs,
+            # an exact check's epoch against a plain one (the check's passes: the objective,
+            # and under the hot block the lag pass, on the device since it had a kernel)
+            "exact_checks": len(checks),
+            "check_epoch_s": float(np.median(checks)) if checks else None,
+            "plain_epoch_s": float(np.median(plain)) if plain else None,
             "epochs": epochs, "reached": reached, "rel_gap": last["rel_gap"],
             "primal": last["primal"], "s_per_epoch": secs / max(epochs, 1),
             "io_wait_s": sum(h.get("io_wait", 0.0) for h in est.history_),

@@ -523,28 +523,50 @@ def exact_dual(tr) -> float:
     """A trainer's exact dual under the hot block, its certificate's: the best of ``D(alpha)``
     and the dual at ``alpha`` corrected for the last hot step's lag (``hybrid_certify``'s
     ``dual``), ``-1/2 ||v + s dv||^2 - ent(s)`` at its best along ``s`` (``line_dual``;
-    ``s = 0``: ``D(alpha)``), all from one pass over the host chunks (``lag_terms``;
-    ``alpha`` at home), which also leaves ``v_H = v_H(alpha)`` exact."""
+    ``s = 0``: ``D(alpha)``), all from one pass over the data (``lag_terms`` on CPU units,
+    ``alpha`` at home; the device's own ``lag_terms`` on GPU units, ``GpuUnit.lag``, whose
+    sums come in the data's ids and are folded into the CPU units' layout here), which also
+    leaves ``v_H = v_H(alpha)`` exact."""
     hb, p = tr.hot, tr.problem
     delta = tr.w[hb.hot] - hb.seen if hb.seen is not None else np.zeros(hb.nh)
     tr.sync_alpha()
-    order, plan = tr._whole_plan()
-    tr._group.each(lambda t: tr.units[t].begin(tr.w, len(plan[t])), "begin")
+    order, plan = tr.exact_plan()
+    on_gpu = [bool(u.reads_device) for u in tr.units]
+    zero = np.zeros_like(tr.w)
+
+    def begin(t):
+        unit = tr.units[t]
+        unit.begin(zero if on_gpu[t] else tr.w, len(plan[t]))
+        if on_gpu[t]:
+            unit.begin_lag(delta, GRID)
+
+    tr._group.each(begin, "begin")
     g, lab = len(GRID), hb.labels
     d = lab.d
     sums = [(np.zeros((d + 1 + hb.nh, 2)), np.zeros(g), np.zeros(g), np.zeros(g - 1))
             for _ in range(tr.k)]  # fmt: skip
 
     def lag(t, item, chunk):
+        alpha = tr.state.alpha_of(item.k)
+        if on_gpu[t]:
+            return tr.units[t].lag(item, chunk, alpha, tr._sqnorm(item, chunk),
+                                   tr.source.layout(item.k))  # fmt: skip
         lo, hi = item_span(item, chunk.n_rows)
-        alpha = tr.state.alpha_of(item.k)[lo:hi]
         args = cpu.chunk_args(chunk, lo, hi)  # its indices are the whole chunk's, as ids are
         ids = lab.ids(args, item.k)
-        lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha, lab.ib, delta, GRID,
-                  *sums[t])  # fmt: skip
+        lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha[lo:hi], lab.ib,
+                  delta, GRID, *sums[t])  # fmt: skip
         return [(item, ())]
 
-    tr._run(order, plan, lag)
+    _, views = tr._run(order, plan, lag)
+    for t in np.flatnonzero(on_gpu):  # the data's ids -> [w | w_H]: hot sums to d + 1 + h
+        dv, out = tr.units[t].lag_sums()
+        vd, ent, ent1, bend = sums[t]
+        for col, part in ((0, views[t]), (1, dv)):
+            vd[d + 1 :, col] = part[lab.hot]
+            part[lab.hot] = 0.0
+            vd[: d + 1, col] = part
+        ent[:], ent1[:], bend[:] = out[:g], out[g : 2 * g], out[2 * g : 3 * g - 1]
     vd, ent, ent1, bend = (sum(s[i] for s in sums) for i in range(4))
     v, dv = vd[:, 0], vd[:, 1]  # over [w | w_H]: the hot columns' own places stay 0
     hb.v_h[:] = v[d + 1 :]

@@ -276,6 +276,11 @@ class Trainer:
             plan[u].append(Item(k, u, len(plan[u])))
         return order, plan
 
+    def exact_plan(self) -> tuple[list[int], list[list[Item]]]:
+        """The plan of an exact check's passes: with GPUs the epoch's rule (each GPU reads
+        what it holds), else ``_whole_plan``."""
+        return self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
+
     def _run(self, order, plan, fn):
         def release(k: int) -> None:
             self.source.release(k)  # the chunk's buffer may be refilled
@@ -468,7 +473,7 @@ class Trainer:
     def _objective(self) -> tuple[float, float, float]:
         """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass; under the hot
         block only its primal holds: ``w`` is not ``v(alpha)``)."""
-        order, plan = self._plan(_EXACT_KEY) if self.has_gpu else self._whole_plan()
+        order, plan = self.exact_plan()
         self._group.each(lambda t: self.units[t].begin(self.w, len(plan[t]), 3), "begin")
         results, _ = self._run(order, plan, self._objective_item)
         loss, ent = sum(r[0] for _, r in results), sum(r[1] for _, r in results)

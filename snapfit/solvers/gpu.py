@@ -31,6 +31,8 @@ the caller's (``snapfit.gpu``); kernels only do arithmetic.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda, float64
 
@@ -67,6 +69,8 @@ _device = cuda.jit(device=True, inline="always")
 
 # Shared-memory size of the reductions, hence the largest block the kernels accept.
 MAX_BLOCK = 256
+# Steps of the exact check's lag correction ``lag_terms`` takes at most (``hot.GRID`` has 9).
+LAG_STEPS = 16
 
 _math = dual.compile_with(_device)
 row_update = _math.row_update
@@ -483,6 +487,99 @@ def chunk_objective(
 
 
 @cuda.jit
+def lag_terms(
+    indptr, indices, values, has_values, y, weight, has_weight,
+    c_pos, c_neg, bias, alpha, hot_pos, delta, grid, row_lo, row_hi, team, v, dv, out,
+):  # fmt: skip
+    """The exact check's sums under the hot block over rows ``[row_lo, row_hi)``:
+    ``snapfit.engine.hot.lag_terms`` on the device, on the data's own ids (``hot_pos[j] >= 0``
+    marks a hot column, ``hot_pos[d]`` the intercept).
+
+    Each row's ``alpha`` answered ``w_H`` before the last hot step moved it by ``delta``; its
+    first-order answer is ``da_i = -a_i (C_i - a_i) / C_i y_i x_iH . delta``. Adds
+    ``sum_i a_i y_i x_i`` into ``v`` and ``sum_i da_i y_i x_i`` into ``dv`` (``d + 1``
+    entries, the intercept last, hot columns at their own ids) and, for each step
+    ``grid[j]``, the rows' dual entropy at ``a_i + grid[j] da_i`` into ``out[j]`` (``inf``
+    once a row leaves ``[0, C_i]``), its slope into ``out[g + j]`` and the larger of each
+    row's entropy curvature at ``grid[j]`` and ``grid[j + 1]`` into ``out[2 g + j]``
+    (``g = len(grid) <= LAG_STEPS``). A team sums a row's lag; its lane 0 does the row's
+    entropy terms into its own sums, added into ``out`` once at the end."""
+    sh = cuda.shared.array(MAX_BLOCK, float64)
+    moves = cuda.shared.array(MAX_BLOCK, float64)
+    lags = cuda.shared.array(MAX_BLOCK, float64)
+    ent = cuda.local.array(LAG_STEPS, float64)
+    ent1 = cuda.local.array(LAG_STEPS, float64)
+    bend = cuda.local.array(LAG_STEPS, float64)
+    e2 = cuda.local.array(LAG_STEPS, float64)
+    g = grid.shape[0]
+    for j in range(g):
+        ent[j] = 0.0
+        ent1[j] = 0.0
+        bend[j] = 0.0
+    d = v.shape[0] - 1
+    ib = hot_pos[d]
+    lane, slot, first, stride, n_iter = geometry(row_hi - row_lo, team)
+    for it in range(n_iter):
+        i = row_lo + first + it * stride
+        c, lo, hi = row_span(i, i < row_hi, indptr, y, weight, has_weight, c_pos, c_neg)
+        x = 0.0
+        for k in range(lo + lane, hi, team):
+            h = hot_pos[indices[k]]
+            if h >= 0:
+                x += delta[h] * (float(values[k]) if has_values else 1.0)
+        lag = team_sum(sh, team, x)
+        if lane == 0:
+            ay = 0.0
+            step = 0.0
+            if c > 0.0:
+                yi = float(y[i])
+                a, ca = unpack_alpha(alpha[i], c)
+                if ib >= 0:
+                    lag += delta[ib] * bias
+                da = -(a * ca / c) * yi * lag
+                ay = a * yi
+                step = da * yi
+                for j in range(g):
+                    an = a + grid[j] * da
+                    cn = ca - grid[j] * da
+                    e2[j] = 0.0
+                    if an < 0.0 or cn < 0.0:
+                        ent[j] = math.inf
+                        e2[j] = math.inf
+                        continue
+                    la = math.log(an / c) if an > 0.0 else 0.0
+                    lc = math.log(cn / c) if cn > 0.0 else 0.0
+                    ent[j] += an * la + cn * lc
+                    if da != 0.0:  # at a bound the slope is infinite: no bound on this side
+                        e2[j] = math.inf
+                        if an > 0.0 and cn > 0.0:
+                            ent1[j] += da * (la - lc)
+                            e2[j] = da * da * c / (an * cn)
+                for j in range(g - 1):
+                    bend[j] += max(e2[j], e2[j + 1])
+            moves[slot] = ay
+            lags[slot] = step
+        cuda.syncthreads()
+        ay = moves[slot]
+        step = lags[slot]
+        if ay != 0.0 or step != 0.0:
+            if lane == 0 and bias != 0.0:
+                cuda.atomic.add(v, d, ay * bias)
+                cuda.atomic.add(dv, d, step * bias)
+            for k in range(lo + lane, hi, team):
+                xk = float(values[k]) if has_values else 1.0
+                cuda.atomic.add(v, indices[k], ay * xk)
+                cuda.atomic.add(dv, indices[k], step * xk)
+        cuda.syncthreads()  # the slot's pair is written again by the next row
+    if lane == 0:
+        for j in range(g):
+            cuda.atomic.add(out, j, ent[j])
+            cuda.atomic.add(out, g + j, ent1[j])
+            if j < g - 1:
+                cuda.atomic.add(out, 2 * g + j, bend[j])
+
+
+@cuda.jit
 def warm_start(
     indptr, indices, values, has_values, y, weight, has_weight,
     c_pos, c_neg, bias, w0, from_margins, alpha, w, team, loss,
@@ -611,6 +708,7 @@ KERNELS = {
     "column_counts": column_counts,
     "cold_curvature": cold_curvature,
     "chunk_objective": chunk_objective,
+    "lag_terms": lag_terms,
     "warm_start": warm_start,
     "decision_function": decision_function,
     "row_sqnorms": row_sqnorms,
@@ -650,6 +748,10 @@ def ptx_signatures():
         sigs.setdefault("chunk_objective", []).append(
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64, t.int64)
         )
+        sigs.setdefault("lag_terms", []).append(
+            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, t.int64, t.int64, t.int64, f64, f64)
+            + (f64,)
+        )  # fmt: skip
         sigs.setdefault("warm_start", []).append(
             chunk + (t.float64,) * 3 + (f64, t.boolean, f64, f64, t.int64, t.int64)
         )

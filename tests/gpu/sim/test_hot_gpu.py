@@ -9,9 +9,13 @@ from numba import cuda
 import snapfit
 from snapfit.data import write_parquet
 from snapfit.datasets.criteo_like import make_criteo_like
-from snapfit.solvers import cpu, emulate, hot_pass, hybrid
+from snapfit.engine import InMemorySource, Problem
+from snapfit.engine import hot as hot_mod
+from snapfit.solvers import cpu, dual, emulate, hot_pass, hybrid
 from snapfit.solvers import gpu as kernels
 from snapfit.solvers.dual import LOGISTIC
+from snapfit.train import make_trainer
+from tests.gpu.sim.conftest import gpu_devices, split_chunks
 from tests.helpers import liblinear, primal
 
 pytestmark = pytest.mark.usefixtures("cell_alarm")
@@ -140,3 +144,84 @@ def test_parquet_gpu_cells_reach_liblinears_optimum(data, cell):
     assert est.streamed_ is (where == "streamed")
     p = primal(X, y, est.coef_, est.intercept_[0], 0.1)
     assert abs(p - p_ref) <= 1e-6 * abs(p_ref), (p, p_ref)
+
+
+@pytest.mark.parametrize("bias", [1.0, 0.0])
+def test_the_lag_kernel_is_the_exact_checks_host_sums(bias):
+    """``lag_terms`` on the device (the data's ids) equals the host's ``hot.lag_terms`` (the
+    relabeled ids of the CPU units) over a row range, with rows at a bound (``a = 0``,
+    ``a = C``), a row of zero weight, steps where some row leaves its bounds (``inf``) and
+    several teams and blocks: ``v``, ``dv`` and the entropy sums to 1e-12. With the
+    intercept cold (``bias = 0``) its sums stay 0."""
+    args, d, hot, hot_pos = _problem()
+    n = len(args[4])
+    rng = np.random.default_rng(5)
+    c = 0.5
+    weight = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    weight[7] = 0.0
+    args = args[:5] + (weight, True)
+    bound = c * weight.astype(np.float64)
+    a = rng.uniform(0.0, 1.0, n) * bound
+    a[3], a[11] = 0.0, bound[11]
+    alpha = np.array([dual.pack_alpha(x, b - x) for x, b in zip(a, bound, strict=True)])
+    if bias == 0.0:
+        hot_pos = hot_pos.copy()
+        hot_pos[d] = -1
+        hot = hot[hot < d]
+        hot_pos[hot] = np.arange(len(hot))
+    delta = rng.normal(size=len(hot)) * 0.1
+    lo, hi = 5, n - 4
+    g = len(hot_mod.GRID)
+
+    lab = hot_pass.HotLabels(hot_pos, len(hot), keep=False)
+    vd = np.zeros((d + 1 + len(hot), 2))
+    sums = (np.zeros(g), np.zeros(g), np.zeros(g - 1))
+    sl = slice(lo, hi)
+    sub = (args[0][lo : hi + 1], lab.ids(args), args[2], True, args[4][sl], weight[sl], True)
+    hot_mod.lag_terms(*sub, c, c, bias, alpha[sl], lab.ib, delta, hot_mod.GRID, vd, *sums)
+
+    v, dv = cuda.to_device(np.zeros(d + 1)), cuda.to_device(np.zeros(d + 1))
+    out = cuda.to_device(np.zeros(3 * g))
+    kernels.lag_terms[3, 4](*args, c, c, bias, cuda.to_device(alpha), hot_pos,
+                            cuda.to_device(delta), cuda.to_device(hot_mod.GRID), lo, hi, 2, v,
+                            dv, out)  # fmt: skip
+    got = np.stack([v.copy_to_host(), dv.copy_to_host()], axis=1)
+    want = vd[: d + 1].copy()
+    want[lab.hot] += vd[d + 1 :]  # the hot columns' sums at their own ids
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    if bias == 0.0:
+        assert not got[d].any()
+    out = out.copy_to_host()
+    for part, w in zip((out[:g], out[g : 2 * g], out[2 * g : 3 * g - 1]), sums, strict=True):
+        assert np.array_equal(np.isinf(part), np.isinf(w))
+        np.testing.assert_allclose(part[np.isfinite(w)], w[np.isfinite(w)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_cpu", [0, 1], ids=["gpu", "gpu + cpu"])
+def test_the_exact_check_on_the_device_is_the_hosts(n_cpu):
+    """Under the hot block a GPU unit runs its share of the exact check's lag pass on the
+    device (``GpuUnit.lag``): the certificate's dual and ``v_H`` equal those of the same
+    pass on the host (the unit told it reads no device), beside a CPU unit or alone."""
+    X, y = make_criteo_like(160, seed=6, hash_bits=8)
+    X = X.tocsr()
+    y = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    problem = Problem(n_features=X.shape[1], c_pos=0.1, c_neg=0.1, bias=1.0, tol=1e-9,
+                      max_iter=50, seed=1, hot_columns=True)  # fmt: skip
+    tr = make_trainer(InMemorySource(split_chunks(X, y, None, 40), X.shape[1]), problem,
+                      gpu_devices(n_cpu=n_cpu))  # fmt: skip
+    try:
+        for _ in range(3):
+            tr.run_epoch()
+        gpu = tr.units[0]
+        assert gpu.reads_device and tr.hot.seen is not None
+        tr.meter.rates[:] = 1.0  # the simulator's measured rates would leave the CPU none
+        shares = [sum(it.hi - it.lo for it in items) for items in tr.exact_plan()[1]]
+        assert min(shares) > 0, shares
+        got = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
+        gpu.reads_device = False  # the same pass on the host chunks, as before
+        want = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
+    finally:
+        tr.close()
+    assert np.isfinite(want[0])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
