@@ -220,6 +220,8 @@ def test_the_exact_check_on_the_device_is_the_hosts(n_cpu):
         got = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
         gpu.reads_device = False  # the same pass on the host chunks, as before
         want = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
+        with pytest.raises(ValueError, match="at most 16 steps"):  # the kernel's own sums
+            gpu.begin_lag(np.zeros(gpu.nh), np.zeros(kernels.LAG_STEPS + 1))
     finally:
         tr.close()
     assert np.isfinite(want[0])
