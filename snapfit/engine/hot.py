@@ -474,23 +474,10 @@ def lag_terms(
                 j = ids[k]
                 vd[j, 0] += ay * x
                 vd[j, 1] += step * x
-        for j in range(len(grid)):
-            an = a + grid[j] * da
-            cn = ca - grid[j] * da
-            e2[j] = 0.0
-            if an < 0.0 or cn < 0.0:
-                ent[j] = np.inf
-                e2[j] = np.inf
-                continue
-            la = np.log(an / c) if an > 0.0 else 0.0
-            lc = np.log(cn / c) if cn > 0.0 else 0.0
-            ent[j] += an * la + cn * lc
-            if da != 0.0:
-                if an > 0.0 and cn > 0.0:  # d/ds and d2/ds2 of an log an + cn log cn
-                    ent1[j] += da * (la - lc)
-                    e2[j] = da * da * c / (an * cn)
-                else:  # at a bound the slope is infinite: no bound on this side
-                    e2[j] = np.inf
+        for j in range(len(grid)):  # the row's entropy, its slope and curvature at the step
+            e, e1, e2[j] = cpu.lag_entropy(a, ca, c, da, grid[j])
+            ent[j] += e
+            ent1[j] += e1
         for j in range(len(grid) - 1):
             bend[j] += max(e2[j], e2[j + 1])
 

@@ -31,6 +31,7 @@ row_step = _math.row_step
 row_terms_of = _math.row_terms_of
 row_coef = _math.row_coef
 alpha_at = _math.alpha_at
+lag_entropy = _math.lag_entropy
 
 
 @intrinsic

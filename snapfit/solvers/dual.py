@@ -29,7 +29,7 @@ Per-row duality gap (Fenchel-Young, each term >= 0; margin ``m_i = y_i w.x_i``, 
 Rows start at ``a_i = 0``, ``w = 0``; ``C_i = 0`` rows stay. Other losses: docs/losses.md.
 """
 
-from math import exp, fabs, log, log1p
+from math import exp, fabs, inf, log, log1p
 from types import FunctionType, SimpleNamespace
 
 # Newton on the one-dimensional subproblem. liblinear loosens the inner tolerance early and
@@ -293,6 +293,27 @@ def alpha_at(dot, y, c, loss):
     return 2.0 * c * max(1.0 - m, 0.0)
 
 
+def lag_entropy(a, ca, c, da, s):
+    """A row's dual entropy ``e(s) = an log(an / C) + cn log(cn / C)`` at ``an = a + s da``,
+    ``cn = (C - a) - s da`` with its slope and curvature in ``s``, ``(e, e', e'')``: what the
+    exact check under the hot block sums along its lag correction (``hot.lag_terms`` on the
+    CPU, ``gpu.lag_terms`` on the device). Outside ``[0, C]``: ``(inf, 0, inf)``; at a bound
+    with ``da != 0`` the slope is infinite there and ``e''`` is ``inf`` (no bound on the
+    curvature on that side), the slope left out (0)."""
+    an = a + s * da
+    cn = ca - s * da
+    if an < 0.0 or cn < 0.0:
+        return inf, 0.0, inf
+    la = log(an / c) if an > 0.0 else 0.0
+    lc = log(cn / c) if cn > 0.0 else 0.0
+    e = an * la + cn * lc
+    if da == 0.0:
+        return e, 0.0, 0.0
+    if an > 0.0 and cn > 0.0:
+        return e, da * (la - lc), da * da * c / (an * cn)
+    return e, 0.0, inf
+
+
 _SCALAR_FUNCTIONS = (
     "unpack_alpha",
     "pack_alpha",
@@ -308,6 +329,7 @@ _SCALAR_FUNCTIONS = (
     "row_terms_of",
     "row_coef",
     "alpha_at",
+    "lag_entropy",
 )
 
 

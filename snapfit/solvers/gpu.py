@@ -31,8 +31,6 @@ the caller's (``snapfit.gpu``); kernels only do arithmetic.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import cuda, float64
 
@@ -81,6 +79,7 @@ row_step = _math.row_step
 row_terms_of = _math.row_terms_of
 row_coef = _math.row_coef
 alpha_at = _math.alpha_at
+lag_entropy = _math.lag_entropy
 
 
 @_device
@@ -540,21 +539,9 @@ def lag_terms(
                 ay = a * yi
                 step = da * yi
                 for j in range(g):
-                    an = a + grid[j] * da
-                    cn = ca - grid[j] * da
-                    e2[j] = 0.0
-                    if an < 0.0 or cn < 0.0:
-                        ent[j] = math.inf
-                        e2[j] = math.inf
-                        continue
-                    la = math.log(an / c) if an > 0.0 else 0.0
-                    lc = math.log(cn / c) if cn > 0.0 else 0.0
-                    ent[j] += an * la + cn * lc
-                    if da != 0.0:  # at a bound the slope is infinite: no bound on this side
-                        e2[j] = math.inf
-                        if an > 0.0 and cn > 0.0:
-                            ent1[j] += da * (la - lc)
-                            e2[j] = da * da * c / (an * cn)
+                    e, e1, e2[j] = lag_entropy(a, ca, c, da, grid[j])
+                    ent[j] += e
+                    ent1[j] += e1
                 for j in range(g - 1):
                     bend[j] += max(e2[j], e2[j + 1])
             moves[slot] = ay

@@ -2,7 +2,7 @@
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from snapfit.solvers import dual
@@ -94,3 +94,41 @@ def test_zero_weight_rows_never_move():
 def test_unstarted_row_has_zero_entropy_and_plain_loss_gap():
     assert dual.row_dual_entropy(0.0, 2.0) == 0.0
     assert math.isclose(dual.row_gap(0.3, 0.0, 2.0), 2.0 * math.log1p(math.exp(-0.3)))
+
+
+@given(
+    c=st.floats(0.01, 10.0),
+    frac=st.floats(0.01, 0.99),
+    rel=st.floats(-0.9, 0.9),
+    s=st.floats(0.0, 1.5),
+)
+@settings(max_examples=200, deadline=None)
+def test_lag_entropy_is_the_entropy_with_its_derivatives(c, frac, rel, s):
+    """Inside the box, ``lag_entropy``'s slope and curvature are the entropy's central
+    differences in ``s``; outside it ``(inf, 0, inf)``; at a bound with ``da != 0`` no
+    finite curvature."""
+    a = frac * c
+    da = rel * min(a, c - a)  # a move that keeps a + s da in [0, C] for s <= 1
+    e, e1, e2 = dual.lag_entropy(a, c - a, c, da, s)
+    an = a + s * da
+    if not 0.0 < an < c:
+        assert (e, e1, e2) == (math.inf, 0.0, math.inf) or an in (0.0, c)
+        return
+    ent = an * math.log(an / c) + (c - an) * math.log((c - an) / c)
+    assert math.isclose(e, ent, rel_tol=1e-12, abs_tol=1e-15)
+    if da == 0.0:
+        assert (e1, e2) == (0.0, 0.0)
+        return
+    assume(abs(rel) > 1e-3)  # a step h whose move h da is 1e-4 of the distance to a bound
+    h = 1e-4 * min(an, c - an) / abs(da)
+    f = [dual.lag_entropy(a, c - a, c, da, s + k * h)[0] for k in (-1, 0, 1)]
+    assert math.isclose(e1, (f[2] - f[0]) / (2 * h), rel_tol=1e-5, abs_tol=1e-9)
+    assert math.isclose(e2, (f[2] - 2 * f[1] + f[0]) / h**2, rel_tol=1e-3, abs_tol=1e-6)
+
+
+def test_lag_entropy_at_and_past_a_bound():
+    assert dual.lag_entropy(0.5, 0.5, 1.0, 1.0, 0.6) == (math.inf, 0.0, math.inf)  # a > C
+    assert dual.lag_entropy(0.5, 0.5, 1.0, -1.0, 0.6) == (math.inf, 0.0, math.inf)  # a < 0
+    # a = 0 exactly, still moving: the entropy 0, no finite curvature
+    assert dual.lag_entropy(0.5, 0.5, 1.0, -1.0, 0.5) == (0.0, 0.0, math.inf)
+    assert dual.lag_entropy(0.0, 1.0, 1.0, 0.0, 1.0) == (0.0, 0.0, 0.0)  # at a bound, still
