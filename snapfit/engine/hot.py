@@ -331,7 +331,7 @@ class HotBlock:
 
     def best_dual(self, dual: float) -> float:
         """The best of ``dual`` and the earlier exact checks' duals, the certificate's: each is
-        ``D(alpha)`` of some ``alpha`` (corrected for the lag, ``exact_dual``), so each bounds
+        ``D(alpha)`` of some ``alpha`` (corrected for the lag, ``certify``), so each bounds
         ``P*`` from below. Under the hot block ``D`` swings where ``P`` falls steadily: on 200k
         Criteo-like rows (C = 0.1, 256 rows in flight) ``P* - D`` was 5-60x lower after an
         extrapolated hot step than after the plain step that followed it."""
@@ -426,7 +426,7 @@ GRID = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5])
 @njit(nogil=True, cache=True)
 def lag_terms(
     indptr, ids, values, has_values, y, weight, has_weight, c_pos, c_neg, bias, alpha, ib,
-    delta, grid, vd, ent, ent1, bend,
+    delta, grid, wx, vd, ent, ent1, bend,
 ):  # fmt: skip
     """The dual's sums over a chunk's rows, at ``alpha`` and corrected for the last hot
     step's lag: each row's ``alpha`` answered ``w_H`` before the step moved it by ``delta``;
@@ -442,27 +442,35 @@ def lag_terms(
     once a row leaves ``[0, C_i]``) and its slope in the step into ``ent1[j]``; into
     ``bend[j]`` the sum over rows of the larger of each row's entropy curvature at
     ``grid[j]`` and ``grid[j + 1]``, which bounds the sum's curvature between them
-    (``line_dual``)."""
+    (``line_dual``). Returns the rows' primal loss at ``wx`` (``HotLabels.extend``'s ``w``,
+    the intercept's weight at ``d``): the check's primal from the same pass, which had been
+    a pass of its own (``Trainer._objective``; the same sum to rounding)."""
     nh = len(delta)
     d = vd.shape[0] - 1 - nh
     jb = d + 1 + ib if ib >= 0 else d  # the intercept's row of vd
     e2 = np.empty(len(grid))
     flat = vd.reshape(-1)  # the same memory: a row's two sums are one entry's pair
     n = len(indptr) - 1
+    loss = 0.0
     for i in range(n):
-        if i + 2 < n:  # the scattered sums of the row two ahead (``cpu.prefetch_row``'s why)
+        if i + 2 < n:  # the row two ahead's scattered sums and weights (``cpu.prefetch_row``)
             for k in range(indptr[i + 2], indptr[i + 3]):
                 cpu.prefetch(flat, 2 * ids[k])
+                cpu.prefetch(wx, ids[k])
         yi = y[i]
         c = cpu.row_bound(i, y, weight, has_weight, c_pos, c_neg)
         if c <= 0.0:
             continue
         a, ca = cpu.unpack_alpha(alpha[i], c)
         lag = delta[ib] * bias if ib >= 0 else 0.0
+        dot = wx[d] * bias
         for k in range(indptr[i], indptr[i + 1]):
             j = ids[k]
+            x = values[k] if has_values else 1.0
+            dot += wx[j] * x
             if j > d:
-                lag += delta[j - d - 1] * (values[k] if has_values else 1.0)
+                lag += delta[j - d - 1] * x
+        loss += cpu.row_loss(yi * dot, c)
         da = -(a * ca / c) * yi * lag
         ay = a * yi
         step = da * yi
@@ -480,6 +488,7 @@ def lag_terms(
             ent1[j] += e1
         for j in range(len(grid) - 1):
             bend[j] += max(e2[j], e2[j + 1])
+    return loss
 
 
 def line_dual(vv, vdv, dvdv, grid, ent, ent1, bend) -> float:
@@ -506,32 +515,34 @@ def line_dual(vv, vdv, dvdv, grid, ent, ent1, bend) -> float:
     return best
 
 
-def exact_dual(tr) -> float:
-    """A trainer's exact dual under the hot block, its certificate's: the best of ``D(alpha)``
-    and the dual at ``alpha`` corrected for the last hot step's lag (``hybrid_certify``'s
-    ``dual``), ``-1/2 ||v + s dv||^2 - ent(s)`` at its best along ``s`` (``line_dual``;
-    ``s = 0``: ``D(alpha)``), all from one pass over the data (``lag_terms`` on CPU units,
-    ``alpha`` at home; the device's own ``lag_terms`` on GPU units, ``GpuUnit.lag``, whose
-    sums come in the data's ids and are folded into the CPU units' layout here), which also
-    leaves ``v_H = v_H(alpha)`` exact."""
+def certify(tr) -> tuple[float, float]:
+    """A trainer's exact check under the hot block, ``(primal, dual)``, from one pass over
+    the data: the primal at ``w``, and the best of ``D(alpha)`` and the dual at ``alpha``
+    corrected for the last hot step's lag (``hybrid_certify``'s ``dual``), ``-1/2 ||v + s
+    dv||^2 - ent(s)`` at its best along ``s`` (``line_dual``; ``s = 0``: ``D(alpha)``). The
+    pass is ``lag_terms`` on CPU units (``alpha`` at home) and the device's own ``lag_terms``
+    on GPU units (``GpuUnit.lag``, whose sums come in the data's ids and are folded into the
+    CPU units' layout here); it also leaves ``v_H = v_H(alpha)`` exact. The primal had a pass
+    of its own before (``Trainer._objective``): one pass of an epoch's cost less per check."""
     hb, p = tr.hot, tr.problem
     delta = tr.w[hb.hot] - hb.seen if hb.seen is not None else np.zeros(hb.nh)
     tr.sync_alpha()
     order, plan = tr.exact_plan()
     on_gpu = [bool(u.reads_device) for u in tr.units]
-    zero = np.zeros_like(tr.w)
 
     def begin(t):
         unit = tr.units[t]
-        unit.begin(zero if on_gpu[t] else tr.w, len(plan[t]))
+        unit.begin(tr.w, len(plan[t]))
         if on_gpu[t]:
             unit.begin_lag(delta, GRID)
 
     tr._group.each(begin, "begin")
     g, lab = len(GRID), hb.labels
     d = lab.d
+    wx = lab.extend(tr.w)  # the CPU units' ids read it (read-only)
     sums = [(np.zeros((d + 1 + hb.nh, 2)), np.zeros(g), np.zeros(g), np.zeros(g - 1))
             for _ in range(tr.k)]  # fmt: skip
+    loss = np.zeros(tr.k)
 
     def lag(t, item, chunk):
         alpha = tr.state.alpha_of(item.k)
@@ -541,21 +552,23 @@ def exact_dual(tr) -> float:
         lo, hi = item_span(item, chunk.n_rows)
         args = cpu.chunk_args(chunk, lo, hi)  # its indices are the whole chunk's, as ids are
         ids = lab.ids(args, item.k)
-        lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha[lo:hi], lab.ib,
-                  delta, GRID, *sums[t])  # fmt: skip
+        loss[t] += lag_terms(args[0], ids, *args[2:], p.c_pos, p.c_neg, p.bias, alpha[lo:hi],
+                             lab.ib, delta, GRID, wx, *sums[t])  # fmt: skip
         return [(item, ())]
 
-    _, views = tr._run(order, plan, lag)
+    tr._run(order, plan, lag)
     for t in np.flatnonzero(on_gpu):  # the data's ids -> [w | w_H]: hot sums to d + 1 + h
-        dv, out = tr.units[t].lag_sums()
+        *parts, out = tr.units[t].lag_sums()
         vd, ent, ent1, bend = sums[t]
-        for col, part in ((0, views[t]), (1, dv)):
+        for col, part in enumerate(parts):
             vd[d + 1 :, col] = part[lab.hot]
             part[lab.hot] = 0.0
             vd[: d + 1, col] = part
         ent[:], ent1[:], bend[:] = out[:g], out[g : 2 * g], out[2 * g : 3 * g - 1]
+        loss[t] = out[3 * g - 1]
     vd, ent, ent1, bend = (sum(s[i] for s in sums) for i in range(4))
     v, dv = vd[:, 0], vd[:, 1]  # over [w | w_H]: the hot columns' own places stay 0
     hb.v_h[:] = v[d + 1 :]
     hb.fresh = True
-    return line_dual(float(v @ v), float(v @ dv), float(dv @ dv), GRID, ent, ent1, bend)
+    primal = 0.5 * cpu.squared_norm(tr.w) + float(np.sum(loss))
+    return primal, line_dual(float(v @ v), float(v @ dv), float(dv @ dv), GRID, ent, ent1, bend)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from snapfit.engine.hot import HotBlock, exact_dual, sample_rows
+from snapfit.engine.hot import HotBlock, certify, sample_rows
 from snapfit.engine.problem import EpochRecord, Problem
 from snapfit.engine.shared import HotSlots, count_step
 from snapfit.engine.source import ChunkSource
@@ -179,7 +179,7 @@ class Trainer:
     def refresh_hot(self) -> None:
         """``v_H = v_H(alpha)`` exactly (one pass summing ``w(alpha)``; ``w_H`` kept), after
         ``alpha`` was written from outside (a checkpoint); exact checks rebuild it in
-        ``hot.exact_dual``'s pass."""
+        ``hot.certify``'s pass."""
         self.sync_alpha()
         keep = self.w[self.hot.hot].copy()
         self._sum_pass(None)
@@ -457,17 +457,18 @@ class Trainer:
         """Exact ``(primal, dual, gap)`` at ``w = w(alpha)`` (one data pass, and one more to
         rebuild ``w`` when threads sharing it may have lost updates).
 
-        Under the hot block ``w_H`` differs from ``v_H(alpha)``: the dual is ``hot.exact_dual``
-        (one more pass: ``v(alpha)`` summed, ``v_H`` rebuilt, and the dual corrected for the
-        last hot step's lag), or an earlier check's where that was higher (``best_dual``).
+        Under the hot block ``w_H`` differs from ``v_H(alpha)``: ``hot.certify``'s one pass
+        gives the primal at ``w`` and the dual (``v(alpha)`` summed, ``v_H`` rebuilt, the dual
+        corrected for the last hot step's lag), or an earlier check's where that was higher
+        (``best_dual``).
         (The primal at ``w(alpha)`` itself, the plain dual CD
         certificate, was measured far above the primal at ``w`` at every epoch of a 200k-row
         fit, 1e2-1e4 relative gaps against 1e-2-1e-6: not worth its pass.)"""
         self.settle()
         if self.hot is None:
             return self._objective()
-        primal = self._objective()[0]
-        dual = self.hot.best_dual(exact_dual(self))
+        primal, dual = certify(self)
+        dual = self.hot.best_dual(dual)
         return primal, dual, primal - dual
 
     def _objective(self) -> tuple[float, float, float]:

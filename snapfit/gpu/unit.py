@@ -202,7 +202,7 @@ class GpuUnit(Unit):
         under the hot block its positions, moves and the rows' curvatures too."""
         hot = 0
         if self.hot_pos is not None:  # positions, dv, moves, delta, lag sums, curvatures
-            hot = 8 * (2 * (self.n_features + 1) + 2 * max(self.nh, 1) + 4 * kernels.LAG_STEPS
+            hot = 8 * (3 * (self.n_features + 1) + 2 * max(self.nh, 1) + 4 * kernels.LAG_STEPS
                        + self.curv.shape[0])  # fmt: skip
         return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1) + hot
 
@@ -217,6 +217,7 @@ class GpuUnit(Unit):
         self.curv = self._alloc(1, np.float64)
         self._moves = np.zeros(max(self.nh, 1))
         # the exact check's lag pass (``lag``): dv, the last step's move, its steps and sums
+        self._v = self._alloc(self.n_features + 1, np.float64)
         self._dv = self._alloc(self.n_features + 1, np.float64)
         self._delta = self._alloc(max(self.nh, 1), np.float64)
         self._grid = self._alloc(kernels.LAG_STEPS, np.float64)
@@ -227,9 +228,9 @@ class GpuUnit(Unit):
         return self._moves
 
     def begin_lag(self, delta: np.ndarray, grid: np.ndarray) -> None:
-        """Before the exact check's lag pass (``lag``; after ``begin`` with ``w = 0``, which
-        ``v(alpha)`` is summed into): the last hot step's move ``delta`` and the correction's
-        steps ``grid`` up, ``dv`` and the sums zeroed."""
+        """Before the exact check's pass (``lag``; after ``begin``, which uploads ``w``): the
+        last hot step's move ``delta`` and the correction's steps ``grid`` up, the sums
+        zeroed."""
         if len(grid) > kernels.LAG_STEPS:
             raise ValueError(f"at most {kernels.LAG_STEPS} steps of the lag correction")
         self._steps = len(grid)
@@ -239,14 +240,15 @@ class GpuUnit(Unit):
                              stream)  # fmt: skip
         self.backend.h2d(self._grid[: self._steps], np.ascontiguousarray(grid, np.float64),
                          stream)  # fmt: skip
+        self.backend.zero(self._v, stream)
         self.backend.zero(self._dv, stream)
         self.backend.zero(self._lag, stream)
 
     def lag(self, item, chunk, alpha, sqnorm, layout) -> list:
-        """``kernels.lag_terms`` over the item's rows (``begin_lag`` first): ``v(alpha)`` into
-        the device ``w``, the rest into the unit's sums (``lag_sums``). Why on the device: on
-        the host this pass was ~8-10 s an exact check at 200M rows on 16 threads, ~40 % of an
-        H200 fit (docs/gpu-performance-model.md)."""
+        """``kernels.lag_terms`` over the item's rows at the uploaded ``w`` (``begin_lag``
+        first), into the unit's sums (``lag_sums``). Why on the device: on the host this pass
+        was ~8-10 s an exact check at 200M rows on 16 threads, ~40 % of an H200 fit
+        (docs/gpu-performance-model.md)."""
         start = time.perf_counter()
         lo, hi = item_span(item, chunk.n_rows)
         dc, s = self._stage(item.k, chunk, sqnorm, alpha, lo, hi, layout, None)
@@ -255,20 +257,22 @@ class GpuUnit(Unit):
         with serial:
             self.backend.launch(kernels.lag_terms, lp.blocks, lp.block, self.compute_stream)(
                 *dc.args(), p.c_pos, p.c_neg, p.bias, dc.alpha[: dc.n_rows], self.hot_pos,
-                self._delta[: self.nh], self._grid[:g], lo, hi, lp.team, self.w, self._dv,
-                self._lag[: 3 * g],
+                self._delta[: self.nh], self._grid[:g], self.w, lo, hi, lp.team, self._v,
+                self._dv, self._lag[: 3 * g],
             )  # fmt: skip
         return self._enqueued(s, item, start)
 
-    def lag_sums(self) -> tuple[np.ndarray, np.ndarray]:
-        """After a lag pass's ``finish``: ``dv`` (the data's ids, the intercept last) and the
-        entropy sums, ``(ent, slope, bend)`` end to end (``kernels.lag_terms``' ``out``)."""
-        dv = np.empty(self.n_features + 1)
+    def lag_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """After a lag pass's ``finish``: ``v`` and ``dv`` (the data's ids, the intercept
+        last) and the other sums, ``(ent, slope, bend, loss)`` end to end (``kernels.
+        lag_terms``' ``out``)."""
+        v, dv = np.empty(self.n_features + 1), np.empty(self.n_features + 1)
         out = np.empty(3 * self._steps)
+        self.backend.d2h(v, self._v, self.compute_stream)
         self.backend.d2h(dv, self._dv, self.compute_stream)
         self.backend.d2h(out, self._lag[: 3 * self._steps], self.compute_stream)
         self.compute_stream.synchronize(self._what("the lag pass's sums to the host"))
-        return dv, out
+        return v, dv, out
 
     def _curv_for(self, n_rows: int):
         """The rows' curvature buffer, grown to ``n_rows`` when a larger chunk comes."""

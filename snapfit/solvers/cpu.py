@@ -32,6 +32,7 @@ row_terms_of = _math.row_terms_of
 row_coef = _math.row_coef
 alpha_at = _math.alpha_at
 lag_entropy = _math.lag_entropy
+row_loss = _math.row_loss
 
 
 @intrinsic

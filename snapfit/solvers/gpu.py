@@ -80,6 +80,7 @@ row_terms_of = _math.row_terms_of
 row_coef = _math.row_coef
 alpha_at = _math.alpha_at
 lag_entropy = _math.lag_entropy
+row_loss = _math.row_loss
 
 
 @_device
@@ -488,7 +489,7 @@ def chunk_objective(
 @cuda.jit
 def lag_terms(
     indptr, indices, values, has_values, y, weight, has_weight,
-    c_pos, c_neg, bias, alpha, hot_pos, delta, grid, row_lo, row_hi, team, v, dv, out,
+    c_pos, c_neg, bias, alpha, hot_pos, delta, grid, w, row_lo, row_hi, team, v, dv, out,
 ):  # fmt: skip
     """The exact check's sums under the hot block over rows ``[row_lo, row_hi)``:
     ``snapfit.engine.hot.lag_terms`` on the device, on the data's own ids (``hot_pos[j] >= 0``
@@ -501,9 +502,12 @@ def lag_terms(
     ``grid[j]``, the rows' dual entropy at ``a_i + grid[j] da_i`` into ``out[j]`` (``inf``
     once a row leaves ``[0, C_i]``), its slope into ``out[g + j]`` and the larger of each
     row's entropy curvature at ``grid[j]`` and ``grid[j + 1]`` into ``out[2 g + j]``
-    (``g = len(grid) <= LAG_STEPS``). A team sums a row's lag; its lane 0 does the row's
-    entropy terms into its own sums, added into ``out`` once at the end."""
+    (``g = len(grid) <= LAG_STEPS``), and the rows' primal loss at ``w`` into
+    ``out[3 g - 1]`` (the check's primal from the same pass). A team sums a row's lag and
+    margin; its lane 0 does the row's terms into its own sums, added into ``out`` once at the
+    end."""
     sh = cuda.shared.array(MAX_BLOCK, float64)
+    sh2 = cuda.shared.array(MAX_BLOCK, float64)
     moves = cuda.shared.array(MAX_BLOCK, float64)
     lags = cuda.shared.array(MAX_BLOCK, float64)
     ent = cuda.local.array(LAG_STEPS, float64)
@@ -515,6 +519,7 @@ def lag_terms(
         ent[j] = 0.0
         ent1[j] = 0.0
         bend[j] = 0.0
+    loss = 0.0
     d = v.shape[0] - 1
     ib = hot_pos[d]
     lane, slot, first, stride, n_iter = geometry(row_hi - row_lo, team)
@@ -522,16 +527,20 @@ def lag_terms(
         i = row_lo + first + it * stride
         c, lo, hi = row_span(i, i < row_hi, indptr, y, weight, has_weight, c_pos, c_neg)
         x = 0.0
+        u = 0.0
         for k in range(lo + lane, hi, team):
+            xk = float(values[k]) if has_values else 1.0
+            u += w[indices[k]] * xk
             h = hot_pos[indices[k]]
             if h >= 0:
-                x += delta[h] * (float(values[k]) if has_values else 1.0)
-        lag = team_sum(sh, team, x)
+                x += delta[h] * xk
+        lag, dot = team_sum2(sh, sh2, team, x, u)
         if lane == 0:
             ay = 0.0
             step = 0.0
             if c > 0.0:
                 yi = float(y[i])
+                loss += row_loss(yi * (dot + w[d] * bias), c)
                 a, ca = unpack_alpha(alpha[i], c)
                 if ib >= 0:
                     lag += delta[ib] * bias
@@ -564,6 +573,7 @@ def lag_terms(
             cuda.atomic.add(out, g + j, ent1[j])
             if j < g - 1:
                 cuda.atomic.add(out, 2 * g + j, bend[j])
+        cuda.atomic.add(out, 3 * g - 1, loss)
 
 
 @cuda.jit
@@ -736,8 +746,8 @@ def ptx_signatures():
             chunk + (t.float64,) * 3 + (f64, f64, t.int64, t.int64, t.int64, f64, t.int64)
         )
         sigs.setdefault("lag_terms", []).append(
-            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, t.int64, t.int64, t.int64, f64, f64)
-            + (f64,)
+            chunk + (t.float64,) * 3 + (f64, i64, f64, f64, f64, t.int64, t.int64, t.int64)
+            + (f64, f64, f64)
         )  # fmt: skip
         sigs.setdefault("warm_start", []).append(
             chunk + (t.float64,) * 3 + (f64, t.boolean, f64, f64, t.int64, t.int64)

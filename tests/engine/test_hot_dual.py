@@ -42,9 +42,12 @@ def _line(seed: int, spread: float, shift: float, peak: float | None = None):
     alpha = np.array([dual.pack_alpha(ai, ci - ai) for ai, ci in zip(a, c, strict=True)])
     a, ca = np.array([dual.unpack_alpha(si, ci) for si, ci in zip(alpha, c, strict=True)]).T
     ids = lab.ids((x.indptr, x.indices))
-    lag_terms(x.indptr, ids, x.data, True, y, np.ones(n), False, c_pos, c_neg, bias, alpha,
-              lab.ib, delta, GRID, vd, ent, ent1, bend)  # fmt: skip
+    w = rng.standard_normal(d + 1)
+    loss = lag_terms(x.indptr, ids, x.data, True, y, np.ones(n), False, c_pos, c_neg, bias,
+                     alpha, lab.ib, delta, GRID, lab.extend(w), vd, ent, ent1, bend)  # fmt: skip
     assert not vd[hot, :].any()  # the hot columns' own places stay empty
+    margins = y * (x @ w[:d] + w[d] * bias)  # the same pass's primal loss at w
+    assert np.isclose(loss, float(c @ np.logaddexp(0.0, -margins)), rtol=1e-12)
     # back to the data's columns: cold ones in place, hot ones from their positions
     v, dv = vd[: d + 1, 0].copy(), vd[: d + 1, 1].copy()
     v[hot], dv[hot] = vd[d + 1 :, 0], vd[d + 1 :, 1]

@@ -173,18 +173,20 @@ def test_the_lag_kernel_is_the_exact_checks_host_sums(bias):
     lo, hi = 5, n - 4
     g = len(hot_mod.GRID)
 
+    w = rng.normal(size=d + 1) * 0.3
     lab = hot_pass.HotLabels(hot_pos, len(hot), keep=False)
     vd = np.zeros((d + 1 + len(hot), 2))
     sums = (np.zeros(g), np.zeros(g), np.zeros(g - 1))
     sl = slice(lo, hi)
     sub = (args[0][lo : hi + 1], lab.ids(args), args[2], True, args[4][sl], weight[sl], True)
-    hot_mod.lag_terms(*sub, c, c, bias, alpha[sl], lab.ib, delta, hot_mod.GRID, vd, *sums)
+    loss = hot_mod.lag_terms(*sub, c, c, bias, alpha[sl], lab.ib, delta, hot_mod.GRID,
+                             lab.extend(w), vd, *sums)  # fmt: skip
 
     v, dv = cuda.to_device(np.zeros(d + 1)), cuda.to_device(np.zeros(d + 1))
     out = cuda.to_device(np.zeros(3 * g))
     kernels.lag_terms[3, 4](*args, c, c, bias, cuda.to_device(alpha), hot_pos,
-                            cuda.to_device(delta), cuda.to_device(hot_mod.GRID), lo, hi, 2, v,
-                            dv, out)  # fmt: skip
+                            cuda.to_device(delta), cuda.to_device(hot_mod.GRID),
+                            cuda.to_device(w), lo, hi, 2, v, dv, out)  # fmt: skip
     got = np.stack([v.copy_to_host(), dv.copy_to_host()], axis=1)
     want = vd[: d + 1].copy()
     want[lab.hot] += vd[d + 1 :]  # the hot columns' sums at their own ids
@@ -192,16 +194,18 @@ def test_the_lag_kernel_is_the_exact_checks_host_sums(bias):
     if bias == 0.0:
         assert not got[d].any()
     out = out.copy_to_host()
-    for part, w in zip((out[:g], out[g : 2 * g], out[2 * g : 3 * g - 1]), sums, strict=True):
-        assert np.array_equal(np.isinf(part), np.isinf(w))
-        np.testing.assert_allclose(part[np.isfinite(w)], w[np.isfinite(w)], rtol=1e-12)
+    for part, h in zip((out[:g], out[g : 2 * g], out[2 * g : 3 * g - 1]), sums, strict=True):
+        assert np.array_equal(np.isinf(part), np.isinf(h))
+        np.testing.assert_allclose(part[np.isfinite(h)], h[np.isfinite(h)], rtol=1e-12)
+    np.testing.assert_allclose(out[3 * g - 1], loss, rtol=1e-12)  # the primal's loss at w
 
 
 @pytest.mark.parametrize("n_cpu", [0, 1], ids=["gpu", "gpu + cpu"])
 def test_the_exact_check_on_the_device_is_the_hosts(n_cpu):
-    """Under the hot block a GPU unit runs its share of the exact check's lag pass on the
-    device (``GpuUnit.lag``): the certificate's dual and ``v_H`` equal those of the same
-    pass on the host (the unit told it reads no device), beside a CPU unit or alone."""
+    """Under the hot block a GPU unit runs its share of the exact check's pass on the device
+    (``GpuUnit.lag``): the certificate's primal and dual and ``v_H`` equal those of the same
+    pass on the host (the unit told it reads no device), beside a CPU unit or alone, and the
+    primal is that of the objective's own pass."""
     X, y = make_criteo_like(160, seed=6, hash_bits=8)
     X = X.tocsr()
     y = np.where(y > 0, 1.0, -1.0).astype(np.float32)
@@ -217,13 +221,15 @@ def test_the_exact_check_on_the_device_is_the_hosts(n_cpu):
         tr.meter.rates[:] = 1.0  # the simulator's measured rates would leave the CPU none
         shares = [sum(it.hi - it.lo for it in items) for items in tr.exact_plan()[1]]
         assert min(shares) > 0, shares
-        got = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
+        got = (*hot_mod.certify(tr), tr.hot.v_h.copy())
+        primal = tr._objective()[0]
         gpu.reads_device = False  # the same pass on the host chunks, as before
-        want = (hot_mod.exact_dual(tr), tr.hot.v_h.copy())
+        want = (*hot_mod.certify(tr), tr.hot.v_h.copy())
         with pytest.raises(ValueError, match="at most 16 steps"):  # the kernel's own sums
             gpu.begin_lag(np.zeros(gpu.nh), np.zeros(kernels.LAG_STEPS + 1))
     finally:
         tr.close()
-    assert np.isfinite(want[0])
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+    assert np.isfinite(want[:2]).all()
+    np.testing.assert_allclose(got[:2], want[:2], rtol=1e-12)
+    np.testing.assert_allclose(got[0], primal, rtol=1e-12)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-14)
