@@ -50,7 +50,7 @@ def run_epochs(
         while not converged and tr.epoch < problem.max_iter:
             rec = tr.run_epoch()
             last = tr.epoch >= problem.max_iter
-            if last or tr.wants_check(rec, problem.tol):
+            if last or tr.wants_check(rec):
                 tr.confirm(rec)
                 converged = rec.rel_gap <= problem.tol
             tr.history.append(rec)

@@ -541,19 +541,20 @@ class Trainer:
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
-        estimate = self.hot.rel_gap(gap)
+        self.hot.sum_g = gap
+        estimate = self.hot.rel_gap(gap)  # the epoch's record carries it (``_close_epoch``)
         stalled = self.hot.stalled(estimate)  # counted every epoch, before the test below
         checked = estimate <= self.problem.tol or stalled
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
         return dual_sq, time.perf_counter() - t0
 
-    def wants_check(self, rec: EpochRecord, tol: float) -> bool:
+    def wants_check(self, rec: EpochRecord) -> bool:
         """Whether the epoch just run (``rec``) is checked exactly: its estimate is at most
-        ``tol``; under the hot block also when the estimate has stalled (``HotBlock.stalled``),
-        and not right after a damped hot step (``HotBlock.hold``)."""
+        the problem's ``tol``; under the hot block also when the estimate has stalled
+        (``HotBlock.stalled``), and not right after a damped hot step (``HotBlock.hold``)."""
         if self.hot is None:
-            return rec.rel_gap <= tol
-        return (rec.rel_gap <= tol or self.hot.due) and not self.hot.hold()
+            return rec.rel_gap <= self.problem.tol
+        return (rec.rel_gap <= self.problem.tol or self.hot.due) and not self.hot.hold()
 
     def _shared_pass(self, order, plan, w0: np.ndarray | None) -> list:
         """An epoch of threads sharing ``w``: slots opened, the pass, slots folded back; with
@@ -596,7 +597,6 @@ class Trainer:
         gap, wsq = float(self.chunk_gaps.sum()), None
         if hot is not None:  # the rows' gaps, scaled by what the last exact check found
             wsq, step_s = hot
-            self.hot.sum_g = gap
             gap *= self.hot.calibration
             seconds += step_s
         rec = EpochRecord.from_pass(
