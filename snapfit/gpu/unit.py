@@ -199,9 +199,10 @@ class GpuUnit(Unit):
     # -- residency (DuHL) ------------------------------------------------------------------
     def fixed_bytes(self) -> int:
         """``w`` (float64, a block per problem) and the column counts of the safe step (int32);
-        under the hot block its positions, moves and the rows' curvatures too."""
+        under the hot block its positions, moves, the rows' curvatures and the exact check's
+        sums too."""
         hot = 0
-        if self.hot_pos is not None:  # positions, dv, moves, delta, lag sums, curvatures
+        if self.hot_pos is not None:  # positions, v, dv, moves, delta, lag sums, curvatures
             hot = 8 * (3 * (self.n_features + 1) + 2 * max(self.nh, 1) + 4 * kernels.LAG_STEPS
                        + self.curv.shape[0])  # fmt: skip
         return 8 * self.K * (self.n_features + 1) + 4 * max(self.n_features, 1) + hot
@@ -216,7 +217,7 @@ class GpuUnit(Unit):
         self.acc = self._alloc(max(self.nh, 1), np.float64)
         self.curv = self._alloc(1, np.float64)
         self._moves = np.zeros(max(self.nh, 1))
-        # the exact check's lag pass (``lag``): dv, the last step's move, its steps and sums
+        # the exact check's pass (``lag``): v, dv, the last step's move, its steps and sums
         self._v = self._alloc(self.n_features + 1, np.float64)
         self._dv = self._alloc(self.n_features + 1, np.float64)
         self._delta = self._alloc(max(self.nh, 1), np.float64)
