@@ -508,8 +508,9 @@ def lag_terms(
     end."""
     sh = cuda.shared.array(MAX_BLOCK, float64)
     sh2 = cuda.shared.array(MAX_BLOCK, float64)
-    moves = cuda.shared.array(MAX_BLOCK, float64)
-    lags = cuda.shared.array(MAX_BLOCK, float64)
+    # lane 0's coefficients of its row for the team's adds into v and dv, per team slot
+    row_ay = cuda.shared.array(MAX_BLOCK, float64)
+    row_step = cuda.shared.array(MAX_BLOCK, float64)
     ent = cuda.local.array(LAG_STEPS, float64)
     ent1 = cuda.local.array(LAG_STEPS, float64)
     bend = cuda.local.array(LAG_STEPS, float64)
@@ -553,11 +554,11 @@ def lag_terms(
                     ent1[j] += e1
                 for j in range(g - 1):
                     bend[j] += max(e2[j], e2[j + 1])
-            moves[slot] = ay
-            lags[slot] = step
+            row_ay[slot] = ay
+            row_step[slot] = step
         cuda.syncthreads()
-        ay = moves[slot]
-        step = lags[slot]
+        ay = row_ay[slot]
+        step = row_step[slot]
         if ay != 0.0 or step != 0.0:
             if lane == 0 and bias != 0.0:
                 cuda.atomic.add(v, d, ay * bias)
