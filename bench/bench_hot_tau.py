@@ -10,7 +10,7 @@ computes the exact relative gap after every epoch (``Trainer.exact_objective``, 
 rebuilds ``v_H`` exactly: the iterates move by rounding only; the dual the best so far, as the
 trainer's checks take it, ``HotBlock.best_dual``) and reports the first epoch
 below 1e-4 by that gap, the largest ratio of the gap to its running minimum after epoch 3 (over
-all epochs, and over those whose hot step was not extrapolated: the only ones the trainer
+all epochs, and over those whose hot step was not accelerated: the only ones the trainer
 checks), and ``(P - P*) / P*`` at the end, ``P*`` from one CPU thread at a relative gap of 1e-10.
 
 Why: the simulator runs 4 rows in flight and no GPU is at hand, so a GPU's epochs at its real
@@ -101,12 +101,12 @@ def one(X, y, C, bias, tau, hot, max_epochs, tol=TARGET, trace=False) -> dict:
     tr = Trainer(source, problem, source.make_state(), Devices(n_cpu=0, gpu_ids=(0,)), unit)
     gaps: list[float] = []
     estimates: list[float] = []
-    lengths: list[float] = []
+    accelerated: list[bool] = []
     duals: list[float] = []
 
     def exact(rec, w):
         estimates.append(float(rec.rel_gap))  # the trainer's own (exact where it checked)
-        lengths.append(tr.hot.length if tr.hot is not None else 1.0)
+        accelerated.append(tr.hot is not None and tr.hot.accelerated)
         bound = tr.hot.dual_bound if tr.hot is not None else None
         primal, dual, _ = tr.exact_objective()
         if tr.hot is not None:  # the trace's checks are not the trainer's: keep them apart
@@ -130,8 +130,8 @@ def one(X, y, C, bias, tau, hot, max_epochs, tol=TARGET, trace=False) -> dict:
         out["estimates"] = estimates
         out["epochs_to_1e-4"] = int(below[0]) + 1 if len(below) else None
         over = g / np.minimum.accumulate(g)
-        plain = np.array(lengths) <= 1.0  # the epochs the trainer may check (no extrapolation)
-        out["lengths"] = lengths
+        plain = ~np.array(accelerated)  # the epochs the trainer may check (a plain hot step)
+        out["accelerated"] = accelerated
         out["worst_over_min"] = float(np.max(over[3:], initial=1.0))
         out["worst_over_min_plain"] = float(np.max(over[3:][plain[3:]], initial=1.0))
     return out

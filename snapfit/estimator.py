@@ -147,8 +147,8 @@ class LogisticRegression(FitHooks, ClassifierMixin, BaseEstimator):
         several units) no longer interfere through the dense ones, and after each epoch the
         block takes one Newton step (``docs/gpu-performance-model.md``). Each unit is then a
         CoCoA+ unit (``deterministic`` is moot). Binary problems only; not with Dask. Its
-        epochs grow with the rows (on Criteo-like rows half those of the default at 200k
-        rows, 2.7x at 4M): for GPUs' rows in flight on up to ~1M rows.
+        epochs grow with the rows (on Criteo-like rows 0.4x those of the default at 200k
+        rows, 0.7x at 1M, 1.5x at 4M): for GPUs' rows in flight on up to ~1M rows.
     memory_budget : int, str or None
         Bytes of host memory for fits from Parquet (e.g. ``"2GB"``, ``"512MB"``). Data that
         does not fit is streamed from a raw cache in ``$SNAPFIT_TMPDIR`` (see

@@ -12,9 +12,8 @@ trainer adds the units' moves into ``v_H(alpha) = sum_i a_i y_i x_iH`` and takes
 
     w_H <- w_H - (I + M)^-1 (w_H - v_H(alpha)),
 
-(up to twice as long where the last plain step left the residual ``v_H - w_H`` on its own
-direction: Aitken's extrapolation, ``aitken_length``), where ``M`` is the hot block's loss
-curvature ``sum_i C_i s(m_i) s(-m_i) x_iH x_iH^T`` at the current margins ``m_i``
+accelerated by Anderson's method over the last steps (``accelerate``), where ``M`` is the hot
+block's loss curvature ``sum_i C_i s(m_i) s(-m_i) x_iH x_iH^T`` at the current margins ``m_i``
 (``alpha (C - alpha) / C`` at the dual point the margins pair with; ``C / 4`` at ``w = 0``),
 summed over a fixed sample of rows drawn when the fit starts and scaled to all rows. So ``M``
 needs neither a pass nor any row's ``alpha``: it is the same for resident, streamed and
@@ -24,9 +23,10 @@ with ``v(alpha) = (w_S, v_H)``)::
     P(w) - D(alpha) = sum_i g_i + 1/2 ||w_H - v_H(alpha)||^2.
 
 Measured in the trainer (``bench.bench_hot_tau``: an emulated GPU unit, 200k Criteo-like
-rows, C = 0.1): a relative gap of 1e-4 in 11-13 epochs at 1 to 4,096 rows in flight (20
-without the extrapolation, 16-17 with a dual on nine steps of the lag correction instead of
-its best, ``line_dual``), where sequential dual CD took 23; docs/gpu-performance-model.md.
+rows, C = 0.1): a relative gap of 1e-4 in 9-10 epochs at 1 to 4,096 rows in flight (11-13 with
+Aitken's one-direction extrapolation before, 20 with the plain step), where sequential dual CD
+took 23; on one CPU thread 16 epochs at 1M rows and 36 at 4M (sequential: 22-23 and 24);
+docs/gpu-performance-model.md.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from snapfit.solvers import cpu, hybrid
 
 SAMPLE_ROWS = 65_536  # rows the hot set is counted over and M summed over, at most
 P_DENSE = hybrid.P_DENSE  # a column held by more than this share of the rows is hot
-OMEGA_MAX = 2.0  # the hot step's length at most, in Newton steps (``aitken_length``)
+HISTORY = 6  # hot steps Anderson's method combines, the newest among them (``accelerate``)
+STEP_CAP = 5.0  # an accelerated hot step's length at most, in Newton steps (``accelerate``)
 STALL_EPOCHS = 4  # epochs in a row with no new lowest estimate that force an exact check
 HOLD_EPOCHS = 2  # epochs in a row a check may be put off after a damped hot step (``hold``)
 GRAM_THREADS = 2  # threads summing M at most (each its own |H|^2 square: 32 MB at 2,000)
@@ -217,28 +218,35 @@ def curvature_factor(x_h, coef: np.ndarray, scale: float, threads: int = GRAM_TH
     return cho_factor(g, lower=True, overwrite_a=True, check_finite=False)
 
 
-def aitken_length(r: np.ndarray, rk: np.ndarray) -> float:
-    """The length of an undamped hot step (``HotBlock.step``) in Newton steps: Aitken's
-    extrapolation when the last step was a plain Newton step (undamped, not extrapolated) and
-    left the residual ``r = v_H - w_H`` along its own ``r_k`` (``|r_k . r| >= 0.95 |r_k|
-    |r|``) at ``rho`` of it: ``1 / (1 - rho)``, the steps that shrinking by ``rho`` each would
-    add up to (at most ``OMEGA_MAX``, 2: with 5, an emulated GPU of 256 rows in flight on 200k rows
-    stalled 10 epochs with every step cut by the damping and took 51, against 16 at 2).
-    After an extrapolated step a plain one, which measures ``rho`` anew.
+def accelerate(hist: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The hot step's move by Anderson's method from the last steps ``hist`` (oldest first, at
+    most ``HISTORY``): each ``(w_H, f)``, ``f = (I + M)^-1 (v_H - w_H)`` the Newton step at
+    that ``w_H``. The newest ``f`` is fitted (least squares) by the differences of the ``f``s,
+    ``dF gamma``, and the move is ``f - (dW + dF) gamma``: where ``w_H -> w_H + f`` is a linear
+    iteration, the step to its fixed point once the differences span the residual. At most
+    ``STEP_CAP`` times the Newton step's length (scaled down along itself).
 
-    Why: the rows answer a move of ``w_H`` by less than ``M`` says (their own steps are
-    curbed by their cold columns, ``1 / (1 + D_i q_i)`` of it for a row of cold norm
-    ``q_i``), least on the stiffest direction of ``M`` (the integer fields), where the
-    residual then stays, shrinking by a fixed ratio an epoch: 0.76 on 200k Criteo-like
-    rows, 0.82 on 1M, where a relative gap of 1e-4 took 40 epochs. Tried and left out:
-    a lasting length (each step's measure of the answer, kept for the next steps), which
-    overshot (the residual grew 1.4x in one epoch), and extrapolating only the part of
-    ``r`` along ``r_k`` (slower: the exact gap first below 1e-4 at epoch 17 on 200k rows
-    against 12, both at most 5 Newton steps)."""
-    rr, r_rk = float(rk @ rk), float(r @ rk)
-    if rr <= 0.0 or r_rk * r_rk < 0.9025 * rr * float(r @ r) or not 0.0 < r_rk < rr:
-        return 1.0
-    return min(rr / (rr - r_rk), OMEGA_MAX)
+    Why: the plain step is a fixed-point iteration whose ratio nears 1 with the rows (the rows
+    answer a move of ``w_H`` by less than ``M`` says, ``1 / (1 + D_i q_i)`` of it for a row of
+    cold norm ``q_i``, least on the stiffest direction of ``M``, the integer fields): 0.76 an
+    epoch on 200k Criteo-like rows, 0.90 on 4M. Aitken's length along the last residual (at
+    most 2 Newton steps, the default until 2026-11-29) is this method on one direction; it
+    took 11 / 26 / 64 epochs to a relative gap of 1e-4 on 200k / 1M / 4M rows (one thread,
+    C = 0.1), where this one took 9 / 16 / 36 (docs/gpu-performance-model.md). Measured and
+    left out: the last 2 steps (a secant step every epoch; 26 epochs on the 6,000-row
+    two-unit test against 17), 4 steps (27 there with two units), 10 (32), a cap of 2 (20)
+    and of 10 (Aitken's length at 10 took 88 epochs at 4M, its damping cutting the steps that
+    overshot)."""
+    f = hist[-1][1]
+    if len(hist) < 2:
+        return f
+    w = np.stack([h[0] for h in hist], axis=1)
+    fs = np.stack([h[1] for h in hist], axis=1)
+    dw, df = np.diff(w, axis=1), np.diff(fs, axis=1)
+    gamma = np.linalg.lstsq(df, f, rcond=None)[0]
+    move = f - (dw + df) @ gamma
+    size, cap = float(np.linalg.norm(move)), STEP_CAP * float(np.linalg.norm(f))
+    return move * (cap / size) if size > cap else move
 
 
 def _softplus(x):
@@ -269,8 +277,9 @@ class HotBlock:
         self.steps = 0
         self.chol: tuple | None = None  # of I + M (``cho_factor``'s)
         self.seen: np.ndarray | None = None  # the w_H the last round's rows read
-        self._last: np.ndarray | None = None  # the residual of the last plain Newton step
-        self.length = 0.0  # the last step's length in Newton steps (> 1: extrapolated)
+        self.hist: list[tuple[np.ndarray, np.ndarray]] = []  # the last steps (``accelerate``)
+        self.length = 0.0  # the last step's damping (< 1: damped, ``_damping``; 0: no step)
+        self.accelerated = False  # whether the last step was Anderson's move (``accelerate``)
         # The best dual of the exact checks so far: every one is a lower bound of P*, and under
         # the hot block they are not monotone (``best_dual``).
         self.dual_bound = -np.inf
@@ -303,7 +312,7 @@ class HotBlock:
         measure the rows' answer to the step more than the gap), and the ratio, never below 1,
         cannot bring such an estimate down: on 1M rows with steps of up to 3 Newton steps the
         trainer ran to epoch 57, its exact gap below its 1e-4 from epoch 30. A falling estimate
-        makes a new low every epoch or two (plain and extrapolated epochs read differently),
+        makes a new low every epoch or two (plain and accelerated epochs read differently),
         so a fit that converges as it should is never forced."""
         if estimate < self.low:
             self.low, self.stale = estimate, 0
@@ -334,7 +343,7 @@ class HotBlock:
         ``D(alpha)`` of some ``alpha`` (corrected for the lag, ``certify``), so each bounds
         ``P*`` from below. Under the hot block ``D`` swings where ``P`` falls steadily: on 200k
         Criteo-like rows (C = 0.1, 256 rows in flight) ``P* - D`` was 5-60x lower after an
-        extrapolated hot step than after the plain step that followed it."""
+        extrapolated (Aitken) hot step than after the plain step that followed it."""
         self.dual_bound = max(self.dual_bound, float(dual))
         return self.dual_bound
 
@@ -344,13 +353,15 @@ class HotBlock:
         return gap * self.calibration / self.p_scale
 
     def step(self, w: np.ndarray, extrapolate: bool = True) -> None:
-        """The hot step on ``w`` (in place): ``w_H <- w_H - (I + M)^-1 (w_H - v_H)``, damped
-        where the sampled primal says so (``_damping``), else extrapolated where the last
-        step's residual says so (``aitken_length``; not with ``extrapolate=False``). ``M`` (at
-        ``w``'s margins over the sample) and its Cholesky factor are made again after steps
-        0, 1, 2, 4, 8, ...: the factor is ``|H|^3 / 3`` flops (0.1-0.2 s at 2,000 columns on
-        2 cores) and ``M`` settles as the margins do; a stale ``M`` only preconditions the
-        step, whose direction is ``v_H - w_H``."""
+        """The hot step on ``w`` (in place): the Newton step ``f = (I + M)^-1 (v_H - w_H)``,
+        damped where the sampled primal says so (``_damping``; the history then starts anew
+        from it), else accelerated by the last steps (``accelerate``; not with
+        ``extrapolate=False``, a plain step). ``M`` (at ``w``'s margins over the sample) and
+        its Cholesky factor are made again after steps 0, 1, 2, 4, 8, ...: the factor is
+        ``|H|^3 / 3`` flops (0.1-0.2 s at 2,000 columns on 2 cores) and ``M`` settles as the
+        margins do; a stale ``M`` only preconditions the step, whose direction is
+        ``v_H - w_H``. The damping is judged on ``f``, not on the accelerated move: judged on
+        the move, it refused nearly every move on 1M Criteo-like rows (38 epochs against 16)."""
         if not self.nh:
             return
         s = self.sample
@@ -360,14 +371,15 @@ class HotBlock:
             self.chol = curvature_factor(self.x_h, s.c * p * (1.0 - p), self.scale)
         w_h = np.ascontiguousarray(w[self.hot])
         self.seen = w_h  # what the round's rows answered (a copy: ``w`` is written below)
-        r = self.v_h - w_h
-        d_h = cho_solve(self.chol, r, check_finite=False)
-        t = self._damping(m, s.y * (self.x_h @ d_h), w_h, d_h)
-        if t == 1.0 and extrapolate and self._last is not None:
-            t = aitken_length(r, self._last)
-        self._last = r if t == 1.0 else None
+        f = cho_solve(self.chol, self.v_h - w_h, check_finite=False)
+        self.hist = [*self.hist[1 - HISTORY :], (w_h, f)]
+        t = self._damping(m, s.y * (self.x_h @ f), w_h, f)
+        self.accelerated = t == 1.0 and extrapolate and len(self.hist) > 1
+        if t < 1.0:
+            self.hist = self.hist[-1:]
+        move = accelerate(self.hist) if self.accelerated else t * f
         self.length = t
-        w[self.hot] = w_h + t * d_h
+        w[self.hot] = w_h + move
         self.steps += 1
 
     def _damping(self, m, dm, w_h, d_h) -> float:

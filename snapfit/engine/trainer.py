@@ -532,8 +532,8 @@ class Trainer:
 
     def _hot_round(self, gap: float) -> tuple[float, float]:
         """After a pass under the hot block: the units' hot moves into ``v_H``, then the hot
-        step, not extrapolated when the epoch will be checked (its estimate is below ``tol``
-        or has stalled, ``HotBlock.stalled``): the exact gap right after an extrapolated step,
+        step, plain (not accelerated) when the epoch will be checked (its estimate is below
+        ``tol`` or has stalled, ``HotBlock.stalled``): the exact gap right after a long step,
         which the rows have not answered yet, measured 10-1000x the next epoch's on 1M rows.
         Returns the dual's quadratic term (for the epoch's record) and the step's seconds."""
         t0 = time.perf_counter()

@@ -24,7 +24,7 @@ def _block():
 
 def test_a_stalled_estimate_forces_a_check_and_a_check_starts_the_count_again():
     hb, k = _block(), hot.STALL_EPOCHS
-    # falling, or a new low every other epoch (plain and extrapolated epochs differ): never forced
+    # falling, or a new low every other epoch (plain and accelerated epochs differ): never forced
     assert not any(hb.stalled(e) for e in [1.0, 0.5, 0.7, 0.3, 0.4, 0.2, 0.25, 0.1])
     # then k epochs in a row with no new low: the k-th is forced
     assert [hb.stalled(e) for e in [0.2, 0.15, 0.3, 0.1][: k - 1] + [0.1]] == [False] * (k - 1) + [
@@ -55,7 +55,7 @@ def test_a_check_after_a_damped_step_is_put_off_at_most_twice():
         False,
         True,
     ]
-    for length in (1.0, 1.7, 0.0):  # plain, extrapolated, no step yet: checked at once
+    for length in (1.0, 0.0):  # not damped, no step yet: checked at once
         hb.length, hb.holds = length, 0
         assert not hb.hold()
     hb.length = 0.5
