@@ -233,10 +233,12 @@ def accelerate(hist: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     most 2 Newton steps, the default until 2026-11-29) is this method on one direction; it
     took 11 / 26 / 64 epochs to a relative gap of 1e-4 on 200k / 1M / 4M rows (one thread,
     C = 0.1), where this one took 9 / 16 / 36 (docs/gpu-performance-model.md). Measured and
-    left out: the last 2 steps (a secant step every epoch; 26 epochs on the 6,000-row
-    two-unit test against 17), 4 steps (27 there with two units), 10 (32), a cap of 2 (20)
-    and of 10 (Aitken's length at 10 took 88 epochs at 4M, its damping cutting the steps that
-    overshot)."""
+    left out (epochs on the 6,000-row test of two units, one thread / two units, against this
+    one's 17 / 24): the last 2 steps (a secant step every epoch) 26 / 25; 4 steps 16 / 31,
+    capped at 2 Newton steps 20 / 27, at 10 19 / 32; 6 steps capped at 7 or 10, 145 / 205
+    over 8 data seeds against 134 / 189 (and 40 or 24 epochs at 4M rows against 36: that
+    count is noisy in the cap); a restart when ``f`` grew after an accelerated step (never
+    triggered at 200k-4M rows; 133 / 204 over the 8 seeds)."""
     f = hist[-1][1]
     if len(hist) < 2:
         return f
