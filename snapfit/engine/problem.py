@@ -54,7 +54,11 @@ class EpochRecord:
 
     ``dual`` is exact. ``gap`` is the sum of per-row gap terms, each taken right after that row's
     update (free to compute during the pass, exact at a fixed point); when ``exact`` is True the
-    gap and primal come from a separate exact pass. ``primal = dual + gap``.
+    gap and primal come from a separate exact pass. ``primal = dual + gap``, but under the hot
+    block (``hot_columns``) an estimated epoch's primal also counts the block's lag (the dual
+    plus the rows' terms plus ``1/2 ||w_H - v_H(alpha)||^2``: ``D(alpha)`` lags far below the
+    primal early on) and its gap and ``rel_gap`` are the stopping estimate, the rows' terms
+    scaled by what the last exact check found.
 
     ``io_wait``: seconds the engine's consuming thread was blocked on the source for its next
     chunk. ``idle``: seconds of the pass the solver units spent on no rows, averaged over the

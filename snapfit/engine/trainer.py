@@ -530,23 +530,25 @@ class Trainer:
         self._residency()
         return rec
 
-    def _hot_round(self, gap: float) -> tuple[float, float]:
+    def _hot_round(self, gap: float) -> tuple[float, float, float]:
         """After a pass under the hot block: the units' hot moves into ``v_H``, then the hot
         step, plain (not accelerated) when the epoch will be checked (its estimate is below
         ``tol`` or has stalled, ``HotBlock.stalled``): the exact gap right after a long step,
         which the rows have not answered yet, measured 10-1000x the next epoch's on 1M rows.
-        Returns the dual's quadratic term (for the epoch's record) and the step's seconds."""
+        Returns the dual's quadratic term and the block's lag ``1/2 ||w_H - v_H||^2`` at the
+        ``w_H`` the rows read (for the epoch's record), and the step's seconds."""
         t0 = time.perf_counter()
         moves = self._group.each(lambda t: self.units[t].hot_moves(), "hot_moves")
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
+        lag = self.w[self.hot.hot] - self.hot.v_h  # before the step: the w_H the rows read
         self.hot.sum_g = gap
         estimate = self.hot.rel_gap(gap)  # the epoch's record carries it (``_close_epoch``)
         stalled = self.hot.stalled(estimate)  # counted every epoch, before the test below
         checked = estimate <= self.problem.tol or stalled
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
-        return dual_sq, time.perf_counter() - t0
+        return dual_sq, 0.5 * float(lag @ lag), time.perf_counter() - t0
 
     def wants_check(self, rec: EpochRecord) -> bool:
         """Whether the epoch just run (``rec``) is checked exactly: its estimate is at most
@@ -586,7 +588,10 @@ class Trainer:
     def _close_epoch(self, gaps, seconds: float, io0: float, idle: float, hot=None):
         """End an epoch from each item's ``(chunk, gap, entropy)``: the chunks' gaps go to the
         source (they rank chunks for residency), the epoch is counted and recorded. ``hot``:
-        ``_hot_round``'s ``(dual's quadratic term, seconds)``."""
+        ``_hot_round``'s ``(dual's quadratic term, lag, seconds)``: the record's primal is then
+        the dual plus the rows' gap terms plus the lag (the certificate's identity,
+        ``P - D = sum_i g_i + 1/2 ||w_H - v_H||^2``), its gap the stopping estimate (the rows'
+        terms scaled by the last exact check)."""
         self.chunk_gaps[:] = 0.0
         ent = 0.0
         for k, gap, e in gaps:
@@ -595,9 +600,8 @@ class Trainer:
         self.source.update_gaps(self.chunk_gaps)
         self.epoch += 1
         gap, wsq = float(self.chunk_gaps.sum()), None
-        if hot is not None:  # the rows' gaps, scaled by what the last exact check found
-            wsq, step_s = hot
-            gap *= self.hot.calibration
+        if hot is not None:
+            wsq, lag, step_s = hot
             seconds += step_s
         rec = EpochRecord.from_pass(
             epoch=self.epoch, w=self.w, entropy=ent, gap=gap, seconds=seconds,
@@ -605,6 +609,8 @@ class Trainer:
             idle=idle, wsq=wsq,
         )  # fmt: skip
         if hot is not None:  # D(alpha) lags far below P early on: not a scale for the gap
+            rec.primal += lag  # dual + rows' terms + lag, the primal's estimate
+            rec.gap = gap * self.hot.calibration  # the rows' gaps, scaled by the last check
             rec.rel_gap = self.hot.rel_gap(self.hot.sum_g)
         return rec
 
