@@ -405,6 +405,12 @@ class HotBlock:
             t *= 0.5
         return t
 
+    def lag(self, w: np.ndarray) -> float:
+        """``1/2 ||w_H - v_H(alpha)||^2`` at ``w``'s ``w_H``: the block's term of the
+        certificate's identity ``P - D = sum_i g_i + 1/2 ||w_H - v_H||^2``."""
+        r = w[self.hot] - self.v_h
+        return 0.5 * float(r @ r)
+
     def dual_sq(self, w: np.ndarray) -> float:
         """``||v(alpha)||^2 = ||w_S||^2 + ||v_H||^2`` (the dual's quadratic term)."""
         return cpu.squared_norm(w) - float(w[self.hot] @ w[self.hot]) + float(self.v_h @ self.v_h)

@@ -542,13 +542,13 @@ class Trainer:
         for acc in moves:
             self.hot.v_h += acc[: self.hot.nh] / self.sigma
         dual_sq = self.hot.dual_sq(self.w)
-        lag = self.w[self.hot.hot] - self.hot.v_h  # before the step: the w_H the rows read
+        lag = self.hot.lag(self.w)  # before the step: at the w_H the rows read
         self.hot.sum_g = gap
         estimate = self.hot.rel_gap(gap)  # the epoch's record carries it (``_close_epoch``)
         stalled = self.hot.stalled(estimate)  # counted every epoch, before the test below
         checked = estimate <= self.problem.tol or stalled
         self.hot.step(self.w, extrapolate=not checked and self.epoch + 1 < self.problem.max_iter)
-        return dual_sq, 0.5 * float(lag @ lag), time.perf_counter() - t0
+        return dual_sq, lag, time.perf_counter() - t0
 
     def wants_check(self, rec: EpochRecord) -> bool:
         """Whether the epoch just run (``rec``) is checked exactly: its estimate is at most
